@@ -206,6 +206,13 @@ B200 = Chip(
 
 # Section 2: VMEM feeds the MXUs about 22x faster than HBM does.
 VMEM_TO_HBM_BANDWIDTH_RATIO = 22.0
+# Section 2, VPU: a vector register is 8 sublanes x 128 lanes, with 2 ALUs per (sublane, lane).
+VPU_SUBLANES, VPU_LANES, VPU_ALUS_PER_LANE = 8, 128, 2
+
+
+def vpu_alus() -> int:
+    """Floating-point ALUs of one TensorCore's VPU (v4 and later)."""
+    return VPU_SUBLANES * VPU_LANES * VPU_ALUS_PER_LANE
 
 
 def mxu_flops_per_s(mxu_dim: int, clock_hz: float) -> float:

@@ -1,0 +1,48 @@
+"""Where the course lives and the settings an instructor may change (pyproject [tool.scalelib-course])."""
+
+from __future__ import annotations
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+CHAPTERS = ROOT / "chapters"
+
+CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("write your answer here")'
+
+
+@dataclass(frozen=True)
+class Settings:
+    install_source: str  # what the Colab set-up cell pip-installs
+    cell_timeout_s: int  # per-cell limit while grading
+
+
+def settings(root: Path = ROOT) -> Settings:
+    data = tomllib.loads((root / "pyproject.toml").read_text())
+    own = data.get("tool", {}).get("scalelib-course", {})
+    try:
+        return Settings(install_source=own["install-source"], cell_timeout_s=int(own.get("cell-timeout-s", 600)))
+    except KeyError:
+        raise SystemExit(
+            "pyproject.toml has no [tool.scalelib-course] install-source; add the pip requirement the "
+            "Colab set-up cell should install, e.g. install-source = \"scalelib @ git+https://...@main\""
+        ) from None
+
+
+def chapter_names(root: Path = ROOT) -> list[str]:
+    """Chapters are the notebooks in solutions/, named like '01_rooflines'."""
+    return sorted(p.stem for p in (root / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+def resolve_chapter(name: str, root: Path = ROOT) -> str:
+    """Accept '01_rooflines', '01' or 'rooflines'."""
+    names = chapter_names(root)
+    hits = [n for n in names if name in (n, n.split("_", 1)[0], n.split("_", 1)[1])]
+    if len(hits) != 1:
+        raise SystemExit(f"unknown chapter {name!r}; chapters are: {', '.join(names)}")
+    return hits[0]

@@ -1,0 +1,49 @@
+"""A throw-away nbgrader course directory built from solutions/ for one chapter."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from traitlets.config import Config
+
+from autograder.course import CODE_STUB, SOLUTIONS
+
+
+def _venv_on_path() -> None:
+    """nbgrader runs helper programs (alembic) by name: make this interpreter's bin/ findable."""
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def make_api(root: Path, cell_timeout_s: int = 600):
+    from nbgrader.apps import NbGraderAPI
+
+    _venv_on_path()
+    cfg = Config()
+    cfg.CourseDirectory.root = str(root)
+    cfg.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
+    cfg.ClearSolutions.code_stub = {"python": CODE_STUB}
+    cfg.Execute.timeout = cell_timeout_s
+    cfg.Execute.interrupt_on_timeout = True
+    cfg.NbGraderAPI.log_level = logging.WARNING
+    return NbGraderAPI(config=cfg)
+
+
+def generate(root: Path, chapter: str, solutions: Path = SOLUTIONS, cell_timeout_s: int = 600):
+    """Copy the chapter's source notebook into ``root`` and run nbgrader's generate_assignment.
+
+    Returns the API (its gradebook now knows the chapter's grade cells) and the released notebook path.
+    """
+    source = root / "source" / chapter
+    source.mkdir(parents=True, exist_ok=True)
+    shutil.copy(solutions / f"{chapter}.ipynb", source / f"{chapter}.ipynb")
+    api = make_api(root, cell_timeout_s)
+    result = api.generate_assignment(chapter, force=True, create=True)
+    if not result["success"]:
+        raise RuntimeError(f"nbgrader could not generate {chapter}:\n{result.get('log', '')}\n{result.get('error', '')}")
+    return api, root / "release" / chapter / f"{chapter}.ipynb"

@@ -1,0 +1,118 @@
+"""Checks used by the notebooks' exercise tests.
+
+Every exercise test converts the student's answer to plain Python values before comparing, so an
+object that claims to equal everything (a custom ``__eq__``) fails, and its hidden part calls the
+student's function with inputs the student has not seen while the scalelib function it is checked
+against is disabled (``forbid``), so merely calling that function is not an answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import types
+from typing import Callable, Iterator
+
+import numpy as np
+
+_NUMBER_TYPES = (int, float)
+
+
+class ExerciseError(AssertionError):
+    """A check failed; the message says which value was wrong and what was expected."""
+
+
+def plain_number(value: object, name: str = "answer") -> float:
+    """``value`` as a Python float, accepting only real numbers (not bool, not look-alikes)."""
+    if type(value) in _NUMBER_TYPES:
+        out = float(value)
+    elif isinstance(value, np.generic) and type(value).__module__ == "numpy" and np.issubdtype(value.dtype, np.number):
+        out = float(value.item())
+    elif type(value) is np.ndarray and value.shape == () and np.issubdtype(value.dtype, np.number):
+        out = float(value.item())
+    elif type(value).__module__.startswith("jax") and getattr(value, "shape", None) == ():
+        out = float(np.asarray(value).item())
+    else:
+        raise ExerciseError(
+            f"{name} must be a number (int or float), got a {type(value).__name__}: {value!r:.80}"
+        )
+    if not math.isfinite(out):
+        raise ExerciseError(f"{name} must be finite, got {out}")
+    return out
+
+
+def plain_array(value: object, name: str = "answer") -> np.ndarray:
+    """``value`` as a float64 numpy array, accepting only numpy/JAX arrays and nested lists of numbers."""
+    module = type(value).__module__
+    if not (type(value) in (np.ndarray, list, tuple) or module.startswith("jax")):
+        raise ExerciseError(f"{name} must be an array, got a {type(value).__name__}")
+    try:
+        out = np.array(np.asarray(value), dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ExerciseError(f"{name} could not be read as an array of numbers: {err}") from None
+    return out
+
+
+def check_close(got: object, want: float, rtol: float, name: str = "answer") -> None:
+    """Fail unless ``got`` is a plain number within ``rtol`` (relative) of ``want``."""
+    value = plain_number(got, name)
+    if not math.isclose(value, float(want), rel_tol=rtol, abs_tol=0.0):
+        raise ExerciseError(f"{name} = {value:.6g}, expected {float(want):.6g} (within {rtol:.0%})")
+
+
+def check_array_close(got: object, want: object, rtol: float, atol: float, name: str = "answer") -> None:
+    """Fail unless ``got`` is an array of the same shape as ``want`` and close to it elementwise."""
+    value, target = plain_array(got, name), np.asarray(want, dtype=np.float64)
+    if value.shape != target.shape:
+        raise ExerciseError(f"{name} has shape {value.shape}, expected {target.shape}")
+    bad = ~np.isclose(value, target, rtol=rtol, atol=atol)
+    if bad.any():
+        worst = int(np.argmax(np.abs(value - target)))
+        raise ExerciseError(
+            f"{name}: {int(bad.sum())} of {value.size} entries differ; e.g. element {worst} is "
+            f"{value.flat[worst]:.6g}, expected {target.flat[worst]:.6g}"
+        )
+
+
+def _disabled(*args, **kwargs):
+    # Runs with the globals of the function it replaces, so it may only use builtins.
+    raise AssertionError(
+        "this exercise is checked without the scalelib function it asks you to write; "
+        "compute the answer yourself instead of calling it"
+    )
+
+
+@contextlib.contextmanager
+def forbid(*functions: Callable) -> Iterator[None]:
+    """Disable ``functions`` (every alias of them) for the duration of the block.
+
+    The code object of each function is swapped, so ``from scalelib.roofline import f as g`` in a
+    student's cell is disabled too. Properties are given as ``Class.prop`` (their getter is swapped).
+    """
+    targets: list[types.FunctionType] = []
+    for fn in functions:
+        fn = fn.fget if isinstance(fn, property) else fn
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"forbid() takes Python functions, got {fn!r}")
+        targets.append(fn)
+    saved = [(fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__) for fn in targets]
+    try:
+        for fn in targets:
+            if fn.__code__.co_freevars:
+                raise TypeError(f"cannot disable closure {fn.__qualname__}")
+            fn.__code__ = _disabled.__code__
+        yield
+    finally:
+        for fn, code, defaults, kwdefaults in saved:
+            fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
+
+
+def rng(seed: int) -> random.Random:
+    """A seeded random source for hidden-test inputs (same inputs on every grading run)."""
+    return random.Random(seed)
+
+
+def log_uniform(r: random.Random, low: float, high: float) -> float:
+    """A value spread evenly in log space between ``low`` and ``high``."""
+    return math.exp(r.uniform(math.log(low), math.log(high)))

@@ -1,0 +1,233 @@
+"""A small decoder-only Transformer in pure JAX, built from a ``TransformerConfig``.
+
+Book: "How to Scale Your Model", section 4.2 (the Transformer layer and its letters B, T, D, N,
+K, G, H, F) and 4.4.1 (mixture of experts). Pre-norm layers: RMSNorm (LayerNorm when the config
+asks for norm biases), rotary positions, causal grouped-query attention, a gated (SwiGLU /
+GeGLU) or plain MLP, or an MoE layer with a top-k router. Later chapters train, shard and serve
+this model, so the parameters are a plain dict of arrays with stable names; per-layer arrays are
+stacked along a leading ``L`` axis (``params["layers"]["wq"][i]`` is layer i's W_Q).
+
+MoE uses dense dispatch: every expert runs on every token and the router's weights (zero for
+unchosen experts) combine the outputs. Simple and exact, but it spends E / k times the routed
+FLOPs (``scalelib.transformer.forward_flops(..., moe_compute='dense')`` counts that).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from scalelib.kernels.flash_attention import reference_attention
+from scalelib.transformer import REMAT_POLICIES, TransformerConfig
+
+Params = dict
+AttentionFn = Callable[..., jax.Array]  # (q [B,T,N,H], k [B,S,K,H], v [B,S,K,H], causal) -> [B,T,N,H]
+
+
+def small_config(**changes) -> TransformerConfig:
+    """A tiny GQA model that runs in well under a second on a CPU (about 0.1M parameters)."""
+    base = TransformerConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+                             d_ff=128, name="small")
+    return base.replace(**changes)
+
+
+def _check_model_config(cfg: TransformerConfig) -> None:
+    if cfg.norms_per_layer != 2:
+        raise ValueError(f"scalelib.model builds pre-norm layers with exactly 2 norms, got norms_per_layer="
+                         f"{cfg.norms_per_layer}; the accounting in scalelib.transformer handles other counts")
+    if cfg.head_dim % 2:
+        raise ValueError(f"rotary embeddings rotate pairs of features, so head_dim must be even, got {cfg.head_dim}")
+
+
+def init(key: jax.Array, cfg: TransformerConfig, dtype=jnp.float32) -> Params:
+    """Random parameters: weights ~ N(0, 1/fan_in), norm scales 1, biases 0."""
+    _check_model_config(cfg)
+    d, L, n, kh, h, f = cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ff_width
+    keys = iter(jax.random.split(key, 16))
+
+    def w(shape, fan_in):
+        return (jax.random.normal(next(keys), shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
+
+    ones, zeros = (lambda *s: jnp.ones(s, dtype)), (lambda *s: jnp.zeros(s, dtype))
+    layers = {
+        "attn_norm": ones(L, d),  # [L, D]
+        "wq": w((L, d, n, h), d),  # [L, D, N, H]
+        "wk": w((L, d, kh, h), d),  # [L, D, K, H]
+        "wv": w((L, d, kh, h), d),  # [L, D, K, H]
+        "wo": w((L, n, h, d), n * h),  # [L, N, H, D]
+        "mlp_norm": ones(L, d),  # [L, D]
+    }
+    if cfg.norm_bias:
+        layers["attn_norm_bias"] = zeros(L, d)  # [L, D]
+        layers["mlp_norm_bias"] = zeros(L, d)  # [L, D]
+    if cfg.qkv_bias:
+        layers["bq"] = zeros(L, n, h)  # [L, N, H]
+        layers["bk"] = zeros(L, kh, h)  # [L, K, H]
+        layers["bv"] = zeros(L, kh, h)  # [L, K, H]
+    if cfg.o_bias:
+        layers["bo"] = zeros(L, d)  # [L, D]
+    if cfg.is_moe:
+        e, s = cfg.n_experts, cfg.n_shared_experts
+        layers["router"] = w((L, d, e), d)  # [L, D, E]
+        if cfg.router_bias:
+            layers["router_bias"] = zeros(L, e)  # [L, E]
+        if cfg.gated_mlp:
+            layers["w_gate"] = w((L, e, d, f), d)  # [L, E, D, F]
+        layers["w_up"] = w((L, e, d, f), d)  # [L, E, D, F]
+        layers["w_down"] = w((L, e, f, d), f)  # [L, E, F, D]
+        if s:  # shared experts always run: stored as one MLP of width s * F
+            if cfg.gated_mlp:
+                layers["shared_w_gate"] = w((L, d, s * f), d)  # [L, D, sF]
+            layers["shared_w_up"] = w((L, d, s * f), d)  # [L, D, sF]
+            layers["shared_w_down"] = w((L, s * f, d), s * f)  # [L, sF, D]
+    else:
+        if cfg.gated_mlp:
+            layers["w_gate"] = w((L, d, f), d)  # [L, D, F]
+        layers["w_up"] = w((L, d, f), d)  # [L, D, F]
+        layers["w_down"] = w((L, f, d), f)  # [L, F, D]
+    params = {"embed": w((cfg.vocab_size, d), 1), "layers": layers}  # embed [V, D]
+    if cfg.final_norm:
+        params["final_norm"] = ones(d)  # [D]
+        if cfg.norm_bias:
+            params["final_norm_bias"] = zeros(d)  # [D]
+    if not cfg.tied_embeddings:
+        params["unembed"] = w((d, cfg.vocab_size), d)  # [D, V]
+    return params
+
+
+def param_count(params: Params) -> int:
+    """Number of scalars in a parameter pytree."""
+    return sum(int(x.size) for x in jax.tree.leaves(params))
+
+
+def norm(x: jax.Array, scale: jax.Array, bias: jax.Array | None, eps: float) -> jax.Array:
+    """RMSNorm over the last axis (LayerNorm, i.e. mean-centred, when a bias is given)."""
+    x32 = x.astype(jnp.float32)  # [..., D]
+    if bias is not None:
+        x32 = x32 - x32.mean(-1, keepdims=True)  # [..., D]
+    y = x32 * jax.lax.rsqrt((x32 * x32).mean(-1, keepdims=True) + eps)  # [..., D]
+    y = y * scale  # [..., D]
+    return (y if bias is None else y + bias).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embedding of x [B, T, heads, H] at integer ``positions`` [T] (half-split pairs)."""
+    half = x.shape[-1] // 2
+    freqs = theta ** (-jnp.arange(half, dtype=jnp.float32) / half)  # [H/2]
+    angles = positions[:, None].astype(jnp.float32) * freqs  # [T, H/2]
+    cos, sin = jnp.cos(angles)[:, None, :], jnp.sin(angles)[:, None, :]  # [T, 1, H/2]
+    x1, x2 = x[..., :half], x[..., half:]  # [B, T, heads, H/2] each
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)  # [B, T, heads, H]
+
+
+def _act(cfg: TransformerConfig, x: jax.Array) -> jax.Array:
+    return jax.nn.silu(x) if cfg.activation == "silu" else jax.nn.gelu(x)
+
+
+def _mlp(cfg, x, w_gate, w_up, w_down):
+    """x [..., D] -> [..., D]; the weights may carry a leading expert axis handled by the caller."""
+    up = x @ w_up  # [..., F]
+    hidden = _act(cfg, x @ w_gate) * up if w_gate is not None else _act(cfg, up)  # [..., F]
+    return hidden @ w_down  # [..., D]
+
+
+def moe(cfg: TransformerConfig, p: dict, x: jax.Array) -> jax.Array:
+    """Top-k routed experts with dense dispatch: x [B, T, D] -> [B, T, D]."""
+    logits = jnp.einsum("btd,de->bte", x, p["router"])  # [B, T, E]
+    if "router_bias" in p:
+        logits = logits + p["router_bias"]  # [B, T, E]
+    top_logits, top_idx = jax.lax.top_k(logits, cfg.experts_per_token)  # [B, T, k] each
+    top_w = jax.nn.softmax(top_logits.astype(jnp.float32), axis=-1).astype(x.dtype)  # [B, T, k]
+    combine = (jax.nn.one_hot(top_idx, cfg.n_experts, dtype=x.dtype) * top_w[..., None]).sum(-2)  # [B, T, E]
+    up = jnp.einsum("btd,edf->btef", x, p["w_up"])  # [B, T, E, F]
+    if "w_gate" in p:
+        hidden = _act(cfg, jnp.einsum("btd,edf->btef", x, p["w_gate"])) * up  # [B, T, E, F]
+    else:
+        hidden = _act(cfg, up)  # [B, T, E, F]
+    out = jnp.einsum("btef,efd->bted", hidden, p["w_down"])  # [B, T, E, D]
+    out = (out * combine[..., None]).sum(-2)  # [B, T, D]
+    if "shared_w_up" in p:
+        out = out + _mlp(cfg, x, p.get("shared_w_gate"), p["shared_w_up"], p["shared_w_down"])  # [B, T, D]
+    return out
+
+
+def attention_block(cfg: TransformerConfig, p: dict, x: jax.Array, attention_fn: AttentionFn) -> jax.Array:
+    """Residual branch of the attention block: x [B, T, D] -> [B, T, D] (norm, QKV, RoPE, attention, O)."""
+    y = norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps)  # [B, T, D]
+    q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [B, T, N, H]
+    k = jnp.einsum("btd,dkh->btkh", y, p["wk"])  # [B, T, K, H]
+    v = jnp.einsum("btd,dkh->btkh", y, p["wv"])  # [B, T, K, H]
+    if cfg.qkv_bias:
+        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]  # biases broadcast over [B, T]
+    positions = jnp.arange(x.shape[1])  # [T]
+    q, k = rope(q, positions, cfg.rope_theta), rope(k, positions, cfg.rope_theta)  # [B, T, N|K, H]
+    att = attention_fn(q, k, v, causal=True)  # [B, T, N, H]
+    out = jnp.einsum("btnh,nhd->btd", att, p["wo"])  # [B, T, D]
+    return out + p["bo"] if cfg.o_bias else out
+
+
+def mlp_block(cfg: TransformerConfig, p: dict, x: jax.Array) -> jax.Array:
+    """Residual branch of the MLP (or MoE) block: x [B, T, D] -> [B, T, D]."""
+    y = norm(x, p["mlp_norm"], p.get("mlp_norm_bias"), cfg.norm_eps)  # [B, T, D]
+    if cfg.is_moe:
+        return moe(cfg, p, y)
+    return _mlp(cfg, y, p.get("w_gate"), p["w_up"], p["w_down"])  # [B, T, D]
+
+
+_POLICIES = {
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _layer_fn(cfg: TransformerConfig, attention_fn: AttentionFn, remat: str):
+    """One layer x [B, T, D] -> [B, T, D] wrapped in the checkpointing that ``remat`` asks for.
+
+    Policies as in ``scalelib.transformer_memory.saved_activation_elements``: 'full' checkpoints
+    the whole layer, 'block_inputs' each residual block, 'dots' / 'dots_no_batch' keep matmul
+    outputs inside a layer checkpoint.
+    """
+    if remat not in REMAT_POLICIES:
+        raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {remat!r}")
+    attn = lambda p, x: x + attention_block(cfg, p, x, attention_fn)  # noqa: E731
+    mlp = lambda p, x: x + mlp_block(cfg, p, x)  # noqa: E731
+    if remat == "block_inputs":
+        attn, mlp = jax.checkpoint(attn), jax.checkpoint(mlp)
+    layer = lambda p, x: mlp(p, attn(p, x))  # noqa: E731
+    if remat == "full":
+        layer = jax.checkpoint(layer)
+    elif remat in _POLICIES:
+        layer = jax.checkpoint(layer, policy=_POLICIES[remat])
+    return layer
+
+
+def forward(params: Params, tokens: jax.Array, cfg: TransformerConfig, *, remat: str = "none",
+            attention_fn: AttentionFn = reference_attention, scan_layers: bool = False) -> jax.Array:
+    """Logits [B, T, V] (float32) for integer tokens [B, T].
+
+    ``scan_layers`` runs the layers with ``lax.scan`` (one compiled layer body, faster compiles)
+    instead of an unrolled Python loop (what the FLOP tests use: XLA's cost analysis counts a
+    loop body once). ``attention_fn`` can be ``scalelib.kernels.flash_attention``.
+    """
+    _check_model_config(cfg)
+    x = params["embed"][tokens]  # [B, T, D]
+    layer = _layer_fn(cfg, attention_fn, remat)
+    if scan_layers:
+        x, _ = jax.lax.scan(lambda h, p: (layer(p, h), None), x, params["layers"])  # [B, T, D]
+    else:
+        for i in range(cfg.n_layers):
+            x = layer(jax.tree.map(lambda a: a[i], params["layers"]), x)  # [B, T, D]
+    if cfg.final_norm:
+        x = norm(x, params["final_norm"], params.get("final_norm_bias"), cfg.norm_eps)  # [B, T, D]
+    w_out = params["embed"].T if cfg.tied_embeddings else params["unembed"]  # [D, V]
+    return (x @ w_out).astype(jnp.float32)  # [B, T, V]
+
+
+def loss(params: Params, tokens: jax.Array, cfg: TransformerConfig, **forward_kw) -> jax.Array:
+    """Mean next-token cross entropy: position t predicts token t + 1 (the last position has no target)."""
+    logits = forward(params, tokens[:, :-1], cfg, **forward_kw)  # [B, T-1, V]
+    logp = jax.nn.log_softmax(logits, axis=-1)  # [B, T-1, V]
+    target = jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]  # [B, T-1]
+    return -target.mean()

@@ -1,0 +1,78 @@
+"""Pictures for the notebooks: rooflines and the time curves of section 1.
+
+Every function draws on a matplotlib Axes (a new one if none is given) and returns it; none calls
+``plt.show()``, so notebooks, tests and scripts all use them the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from scalelib import roofline
+from scalelib.hardware import Chip, Dtype
+
+
+def _axes(ax):
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 4.2))
+    return ax
+
+
+def roofline_plot(ceilings: Sequence[tuple[str, float, float]],
+                  points: Sequence[tuple[str, float, float]] = (),
+                  intensity_range: tuple[float, float] = (0.1, 1e4), ax=None):
+    """Log-log roofline: one line per (label, flops_per_s, bytes_per_s), one dot per
+    (label, intensity, achieved flops_per_s). Ridge points are marked."""
+    ax = _axes(ax)
+    x = np.logspace(np.log10(intensity_range[0]), np.log10(intensity_range[1]), 256)
+    for label, peak, bw in ceilings:
+        line, = ax.loglog(x, np.minimum(peak, x * bw), label=label)
+        ridge = roofline.critical_intensity(peak, bw)
+        if intensity_range[0] <= ridge <= intensity_range[1]:
+            ax.plot([ridge], [peak], "o", color=line.get_color(), ms=4)
+    for label, intensity, achieved in points:
+        ax.plot([intensity], [achieved], "x", ms=7, mew=2)
+        ax.annotate(label, (intensity, achieved), textcoords="offset points", xytext=(4, -10), fontsize=8)
+    ax.set_xlabel("arithmetic intensity (FLOPs / byte)")
+    ax.set_ylabel("attainable FLOPs / s")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return ax
+
+
+def chip_rooflines(chips: Sequence[Chip], dtype: Dtype = "bf16", ax=None):
+    """The HBM roofline of each chip in ``chips``."""
+    return roofline_plot([(c.name, c.flops_per_s(dtype), c.hbm_bytes_per_s) for c in chips], ax=ax)
+
+
+def matmul_intensity_plot(chip: Chip, d: int, f: int, batches: Sequence[int], ax=None):
+    """Intensity of bf16 x[B, D] @ W[D, F] against B, with the chip's critical intensity."""
+    ax = _axes(ax)
+    batches = np.asarray(batches)
+    intensity = [roofline.matmul_cost(int(b), d, f).intensity for b in batches]
+    ax.loglog(batches, intensity, label=f"matmul D={d}, F={f}")
+    ax.axhline(roofline.chip_critical_intensity(chip), ls="--", color="gray",
+               label=f"{chip.name} critical intensity")
+    ax.set_xlabel("batch B (tokens)")
+    ax.set_ylabel("FLOPs / byte")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
+
+
+def two_chip_matmul_plot(batch: int, f: int, ds: Sequence[int], flops_per_s: float, link_bytes_per_s: float, ax=None):
+    """Compute and communication time of section 1's two-chip matmul as D grows."""
+    ax = _axes(ax)
+    times = [roofline.two_chip_contracting_matmul(batch, int(d), f, flops_per_s, link_bytes_per_s) for d in ds]
+    ax.loglog(ds, [t.compute_s for t in times], label="T_math (per chip)")
+    ax.loglog(ds, [t.comms_s for t in times], label="T_comms (partial sums)")
+    ax.axvline(roofline.two_chip_critical_d(flops_per_s, link_bytes_per_s), ls="--", color="gray",
+               label="critical D")
+    ax.set_xlabel("contracting dimension D")
+    ax.set_ylabel("seconds")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax
