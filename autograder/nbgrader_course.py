@@ -26,6 +26,7 @@ def make_api(root: Path, cell_timeout_s: int = 600):
     _venv_on_path()
     cfg = Config()
     cfg.CourseDirectory.root = str(root)
+    cfg.Exchange.root = str(root / "exchange")  # unused, but nbgrader checks it is writable
     cfg.CourseDirectory.db_url = f"sqlite:///{root / 'gradebook.db'}"
     cfg.ClearSolutions.code_stub = {"python": CODE_STUB}
     cfg.Execute.timeout = cell_timeout_s

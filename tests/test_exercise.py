@@ -1,0 +1,69 @@
+import numpy as np
+import pytest
+
+from scalelib import exercise as ex
+from scalelib import roofline as rl
+
+
+class EqualsEverything(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+class Liar:
+    def __eq__(self, other):
+        return True
+
+    def __float__(self):
+        return 240.0
+
+
+def test_plain_number_accepts_numbers():
+    assert ex.plain_number(3) == 3.0
+    assert ex.plain_number(np.float32(2.5)) == 2.5
+    assert ex.plain_number(np.array(4.0)) == 4.0
+
+
+@pytest.mark.parametrize("bad", [Liar(), EqualsEverything(1.0), True, "240", [240], None, float("nan")])
+def test_plain_number_rejects_look_alikes(bad):
+    with pytest.raises(ex.ExerciseError):
+        ex.plain_number(bad)
+
+
+def test_check_close():
+    ex.check_close(240.2, 240.0, 0.01)
+    with pytest.raises(ex.ExerciseError, match="expected 243"):
+        ex.check_close(200.0, 243.0, 0.01, "x")
+
+
+def test_check_array_close():
+    ex.check_array_close(np.ones(3), [1, 1, 1], 1e-6, 0)
+    with pytest.raises(ex.ExerciseError, match="shape"):
+        ex.check_array_close(np.ones(2), [1, 1, 1], 1e-6, 0)
+    with pytest.raises(ex.ExerciseError, match="must be an array"):
+        ex.check_array_close(Liar(), [1.0], 1e-6, 0)
+
+
+def test_forbid_disables_every_alias_and_restores():
+    alias = rl.critical_intensity
+    with ex.forbid(rl.critical_intensity):
+        with pytest.raises(AssertionError, match="without the scalelib function"):
+            alias(1.0, 1.0)
+        with pytest.raises(AssertionError):
+            rl.chip_critical_intensity.__globals__["critical_intensity"](1.0, 1.0)
+    assert alias(4.0, 2.0) == 2.0
+
+
+def test_forbid_restores_after_error():
+    with pytest.raises(ZeroDivisionError):
+        with ex.forbid(rl.compute_time_s):
+            1 / 0
+    assert rl.compute_time_s(2.0, 1.0) == 2.0
+
+
+def test_rng_is_reproducible():
+    assert ex.rng(5).random() == ex.rng(5).random()
+    v = ex.log_uniform(ex.rng(1), 10, 1000)
+    assert 10 <= v <= 1000
