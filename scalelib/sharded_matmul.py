@@ -17,8 +17,9 @@ Several cases can hold at once (A[I_X, J_Y] @ B[J_Y, K_X] is 3 and 4); ``MatmulP
 lists all. After the local product the result is moved to the wanted output sharding with
 ReduceScatter, AllReduce, AllToAll, AllGather or a free local slice, in that order of
 preference. ``run_plan`` executes a plan with ``shard_map`` and explicit ``jax.lax`` collectives;
-``plan_cost`` prices it; ``xla_check`` (module ``sharded_matmul_xla``-free: see bottom) compares
-with what ``jax.jit`` inserts.
+``plan_cost`` prices it with ``scalelib.collectives`` and ``roofline``; ``xla_collectives`` reads
+the collectives ``jax.jit`` inserts for the same shardings out of the compiled HLO, and
+``XLA_CHOICES`` records where XLA's choice differs from the book's.
 """
 
 from __future__ import annotations
@@ -501,6 +502,10 @@ XLA_CHOICES: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], ...
     "A[I, J_X] . B[J_X, K] -> C[I, K_X]": (((_RS, ("X",)),), ((_AR, ("X",)),), ((_AR, ("X",)), _PERM)),
     "A[I, J_X] . B[J_X, K] -> C[I_X, K]": (((_RS, ("X",)),), ((_AR, ("X",)),), ((_AR, ("X",)), _PERM)),
     "A[I, J_XY] . B[J_XY, K] -> C[I, K_XY]": (((_RS, ("X", "Y")),), ((_AR, ("X", "Y")),)),
+    "A[I, J_XY] . B[J_XY, K] -> C[I_Y, K_X]": (((_RS, ("Y",)), (_RS, ("X",))), ((_AR, ("X",)), (_AR, ("Y",)))),
+    # I_XY -> I_Y: the planner only gathers minor suffixes (no permutes), so it gathers both
+    # axes and slices; XLA permutes blocks into I_YX order and gathers over X alone.
+    "A[I_XY, J] . B[J, K] -> C[I_Y, K_X]": (((_AG, ("X", "Y")),), (_PERM, (_AG, ("X",)))),
     # Case 4. On 8 and 4x2 XLA gathers the operand the planner picks; on 2x4 it first permutes
     # that operand so its blocks are spread over the longer Y axis and gathers over Y instead.
     "A[I_X, J] . B[J, K_X] -> C[I, K_X]": (((_AG, ("X",)),), (_PERM, (_AG, ("Y",)))),

@@ -161,7 +161,7 @@ def draw_cycle(cycle: Cycle, ax=None):
         fig, ax = plt.subplots(figsize=(1.1 * cycle.weights.shape[1] + 1, 1.1 * cycle.weights.shape[0] + 1))
     else:
         fig = ax.figure
-    ax.imshow(np.nan_to_num(cycle.weights, nan=0.0), cmap="Blues", alpha=0.6)
+    ax.imshow(np.ma.masked_invalid(cycle.weights), cmap="Blues", alpha=0.6)  # empty PEs left white
     for (k, n), m in np.ndenumerate(cycle.row):
         text = f"w={cycle.weights[k, n]:.3g}" if not np.isnan(cycle.weights[k, n]) else ""
         if m >= 0:
