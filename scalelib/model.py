@@ -212,8 +212,8 @@ def forward(params: Params, tokens: jax.Array, cfg: TransformerConfig, *, remat:
     loop body once). ``attention_fn`` can be ``scalelib.kernels.flash_attention``.
     """
     _check_model_config(cfg)
-    x = params["embed"][tokens]  # [B, T, D]
     layer = _layer_fn(cfg, attention_fn, remat)
+    x = params["embed"][tokens]  # [B, T, D]
     if scan_layers:
         x, _ = jax.lax.scan(lambda h, p: (layer(p, h), None), x, params["layers"])  # [B, T, D]
     else:
