@@ -1,0 +1,94 @@
+"""Benchmarks (not tests: nothing here asserts a speed). Run: python -m tests.benchmarks [--suite]
+
+Prints, side by side in one run:
+* per chapter: the solution notebook's execution time and the grading time of one notebook;
+* our ring collectives (ppermute in shard_map) against jax.lax's, as a time ratio, on 8 simulated devices;
+* with --suite: the whole test suite's wall time (the README's test command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scalelib import devices
+
+devices.setup(8)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import nbformat  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+
+from autograder import course, grade  # noqa: E402
+from scalelib import compat, machine  # noqa: E402
+from scalelib import ring_collectives as rc  # noqa: E402
+
+ROOT = course.ROOT
+
+
+def notebook_seconds(name: str) -> float:
+    nb = nbformat.read(course.SOLUTIONS / f"{name}.ipynb", as_version=4)
+    start = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(course.SOLUTIONS)}}).execute()
+    return time.perf_counter() - start
+
+
+def grading_seconds(name: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = Path(tmp) / "subs"
+        subs.mkdir()
+        shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / "student.ipynb")
+        start = time.perf_counter()
+        grade.grade(subs, name, Path(tmp) / "out")
+        return time.perf_counter() - start
+
+
+def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float, float]]:
+    """(op, bidirectional, ring seconds, jax.lax seconds) for float32 shards of ``local_elems``."""
+    mesh = compat.make_mesh((8,), ("x",))
+    spec = jax.sharding.PartitionSpec("x")
+    x = jnp.arange(8 * local_elems, dtype=jnp.float32).reshape(8 * 8, local_elems // 8)  # [64, L/8]
+    x = jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))  # [8, L/8] per device
+    lax_ops = {
+        "all_gather": lambda v: jax.lax.all_gather(v, "x", tiled=True),
+        "reduce_scatter": lambda v: jax.lax.psum_scatter(v, "x", tiled=True),
+        "all_reduce": lambda v: jax.lax.psum(v, "x"),
+        "all_to_all": lambda v: jax.lax.all_to_all(v, "x", 0, 0, tiled=True),
+    }
+    rows = []
+    for op, ref in lax_ops.items():
+        base = rc.on_mesh(ref, mesh, spec, spec)
+        t_lax = machine.best_time_s(lambda: base(x), repeats=10)
+        for bidi in (False, True):
+            ours = rc.on_mesh(lambda v, op=op, bidi=bidi: rc.OPS[op](v, "x", bidi), mesh, spec, spec)
+            rows.append((op, bidi, machine.best_time_s(lambda: ours(x), repeats=10), t_lax))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
+    print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")
+    for name in course.chapter_names():
+        print(f"{name:16s} {notebook_seconds(name):12.1f} {grading_seconds(name):15.1f}", flush=True)
+    print("\nring collectives vs jax.lax, 8 simulated devices, 256 KiB float32 per device (best of 10)")
+    print(f"{'op':15s} {'direction':>9s} {'ours (ms)':>10s} {'lax (ms)':>9s} {'ours/lax':>9s}")
+    for op, bidi, ours, ref in collective_ratios():
+        print(f"{op:15s} {'bidi' if bidi else 'uni':>9s} {ours * 1e3:10.3f} {ref * 1e3:9.3f} {ours / ref:9.2f}")
+    if args.suite:
+        start = time.perf_counter()
+        rc_ = subprocess.run([sys.executable, str(ROOT / "course.py"), "test", "-q"], cwd=ROOT).returncode
+        print(f"\nwhole suite (python3 course.py test): {time.perf_counter() - start:.0f} s, exit {rc_}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
