@@ -502,7 +502,9 @@ XLA_CHOICES: dict[str, tuple[tuple[tuple[str, tuple[str, ...] | None], ...], ...
     "A[I, J_X] . B[J_X, K] -> C[I, K_X]": (((_RS, ("X",)),), ((_AR, ("X",)),), ((_AR, ("X",)), _PERM)),
     "A[I, J_X] . B[J_X, K] -> C[I_X, K]": (((_RS, ("X",)),), ((_AR, ("X",)),), ((_AR, ("X",)), _PERM)),
     "A[I, J_XY] . B[J_XY, K] -> C[I, K_XY]": (((_RS, ("X", "Y")),), ((_AR, ("X", "Y")),)),
-    "A[I, J_XY] . B[J_XY, K] -> C[I_Y, K_X]": (((_RS, ("Y",)), (_RS, ("X",))), ((_AR, ("X",)), (_AR, ("Y",)))),
+    # (XLA in jax 0.7 instead AllReduces once over both axes, then slices.)
+    "A[I, J_XY] . B[J_XY, K] -> C[I_Y, K_X]": (((_RS, ("Y",)), (_RS, ("X",))), ((_AR, ("X",)), (_AR, ("Y",))),
+                                              ((_AR, ("X", "Y")),)),
     # I_XY -> I_Y: the planner only gathers minor suffixes (no permutes), so it gathers both
     # axes and slices; XLA permutes blocks into I_YX order and gathers over X alone.
     "A[I_XY, J] . B[J, K] -> C[I_Y, K_X]": (((_AG, ("X", "Y")),), (_PERM, (_AG, ("X",)))),

@@ -126,8 +126,8 @@ def test_activation_memory_against_xla_temp_bytes():
     (scores, exp and probabilities, several pieces of the SiLU) and XLA adds gradient buffers,
     the logits and the loss's intermediates, so equality is not expected. What holds, and is
     asserted: (1) every policy's predicted saved bytes fit inside XLA's temp bytes (they must
-    be alive together when the backward starts); (2) temp bytes shrink in the order the
-    policies keep less; (3) XLA saves at least what the prediction says 'full' saves over
+    be alive together when the backward starts); (2) temp bytes shrink as the policies keep less
+    (none > dots > dots_no_batch > full; block_inputs below none, see below); (3) XLA saves at least what the prediction says 'full' saves over
     'none'; (4) temp stays below 3x the predicted peak plus 4x the parameter bytes (gradient
     buffers) plus 4x the logits bytes. Layers run under lax.scan: with unrolled layers XLA's
     CPU scheduler hoists recomputation and temp bytes barely move with the policy.
@@ -144,5 +144,8 @@ def test_activation_memory_against_xla_temp_bytes():
     overhead = 4 * 4 * model.param_count(params) + 4 * 4 * b * t * cfg.vocab_size
     for remat, p in pred.items():
         assert p.saved_bytes <= temp[remat] <= 3 * p.peak_bytes + overhead, (remat, temp[remat], p)
-    assert temp["none"] > temp["dots"] > temp["dots_no_batch"] > max(temp["block_inputs"], temp["full"])
+    assert temp["none"] > temp["dots"] > temp["dots_no_batch"] > temp["full"]
+    # block_inputs keeps the least, and XLA 0.10 realises that; XLA 0.7 (still in the supported
+    # range) does not always, so only "below no remat" is held for it across versions.
+    assert temp["none"] > temp["block_inputs"]
     assert temp["none"] - temp["full"] >= pred["none"].saved_bytes - pred["full"].saved_bytes
