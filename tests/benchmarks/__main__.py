@@ -3,6 +3,7 @@
 Prints, side by side in one run:
 * per chapter: the solution notebook's execution time and the grading time of one notebook;
 * our ring collectives (ppermute in shard_map) against jax.lax's, as a time ratio, on 8 simulated devices;
+* flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
 """
 
@@ -71,6 +72,27 @@ def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float
     return rows
 
 
+def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head_dim: int = 64):
+    """(T, name, seconds, temp bytes) for causal self-attention, batch 1, float32, on one device."""
+    from scalelib.kernels.flash_attention import flash_attention, reference_attention
+
+    impls = {
+        "naive": lambda q, k, v: reference_attention(q, k, v, causal=True),
+        "flash": lambda q, k, v: flash_attention(q, k, v, causal=True, block_q=512, block_k=512),
+        "jax.nn": lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
+    }
+    rows = []
+    for t in lengths:
+        keys = jax.random.split(jax.random.key(t), 3)
+        q, k, v = (jax.random.normal(kk, (1, t, heads, head_dim), jnp.float32) for kk in keys)  # [1, T, N, H]
+        for name, fn in impls.items():
+            jitted = jax.jit(fn)
+            temp = jitted.lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
+            seconds = machine.best_time_s(lambda: jitted(q, k, v), repeats=2 if t >= 8192 else 3)
+            rows.append((t, name, seconds, temp))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
@@ -83,6 +105,12 @@ def main() -> int:
     print(f"{'op':15s} {'direction':>9s} {'ours (ms)':>10s} {'lax (ms)':>9s} {'ours/lax':>9s}")
     for op, bidi, ours, ref in collective_ratios():
         print(f"{op:15s} {'bidi' if bidi else 'uni':>9s} {ours * 1e3:10.3f} {ref * 1e3:9.3f} {ours / ref:9.2f}")
+    print("\ncausal attention, batch 1, 4 heads x 64, float32, one CPU device (best of 2-3)")
+    print(f"{'T':>6s} {'impl':>7s} {'time (s)':>9s} {'vs naive':>9s} {'temp MiB':>9s}")
+    rows = attention_rows()
+    naive = {t: (sec, mem) for t, name, sec, mem in rows if name == "naive"}
+    for t, name, sec, mem in rows:
+        print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t][0]:9.2f} {mem / 2**20:9.1f}", flush=True)
     if args.suite:
         start = time.perf_counter()
         rc_ = subprocess.run([sys.executable, str(ROOT / "course.py"), "test", "-q"], cwd=ROOT).returncode
