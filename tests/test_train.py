@@ -1,0 +1,29 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scalelib import model, train
+
+
+def test_reference_step_lowers_loss_and_is_deterministic():
+    cfg = model.small_config()
+    step = jax.jit(train.make_step(cfg, train.Adam(learning_rate=1e-2)))
+    tokens = train.batch(jax.random.key(1), cfg, 4, 16)
+    s1 = s2 = train.init_state(jax.random.key(0), cfg)
+    losses = []
+    for _ in range(5):
+        s1, loss = step(s1, tokens)
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+    for _ in range(5):
+        s2, _ = step(s2, tokens)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s1.params, s2.params)
+
+
+def test_adam_first_step_moves_each_weight_by_learning_rate():
+    # With bias correction, step 1 moves every weight with a non-zero gradient by about lr.
+    params = {"w": jnp.array([1.0, -2.0, 3.0])}
+    grads = {"w": jnp.array([0.5, -4.0, 1e-3])}
+    new, opt = train.adam_update(train.Adam(learning_rate=0.1, eps=0.0), grads, train.adam_init(params), params)
+    np.testing.assert_allclose(np.asarray(new["w"]), [0.9, -1.9, 2.9], rtol=1e-6)
+    assert int(opt.count) == 1
