@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Literal, Mapping, Sequence
 
+from scalelib.hlo import hlo_collectives  # noqa: F401  (re-exported)
 from scalelib.sharding import Sharding, as_sharding
 
 Kind = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "slice"]
@@ -399,76 +400,7 @@ def run_plan(plan: MatmulPlan, a, b, mesh):
 
 
 # -------------------------------------------------------------------- what XLA does
-_HLO_OP = re.compile(r"\b(all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
-_GROUPS = re.compile(r"replica_groups=(\{\{[\d,{} ]*\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
-                     r"|mesh\[[^\]]*\](?:,\s*device_ids=\(\[[\d,]+\](?:T\([\d,]+\))?\))?\s*\{[^}]*\})")
-
-
-def _parse_groups(text: str, n_devices: int) -> frozenset | None:
-    """Replica groups of one HLO collective as a set of device-position sets (None if unknown)."""
-    import numpy as np
-
-    if text.startswith("{{"):
-        return frozenset(frozenset(int(x) for x in g.split(",") if x.strip())
-                         for g in re.findall(r"\{([\d, ]*)\}", text[1:-1]))
-    if text.startswith("["):  # iota form: [groups,size]<=[dims]T(perm)
-        m = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
-        shape, dims = [int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]
-        ids = np.arange(math.prod(dims)).reshape(dims)
-        if m.group(3):
-            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
-        return frozenset(frozenset(int(x) for x in row) for row in ids.reshape(shape[0], -1))
-    # mesh form: mesh['a'=2,'b'=4] {'b'}, optionally with device_ids=([dims]T(perm)) renumbering
-    m = re.match(r"mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?\s*\{([^}]*)\}", text)
-    sizes = dict((k, int(v)) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1)))
-    if math.prod(sizes.values()) != n_devices:
-        return None
-    ids = np.arange(n_devices)
-    if m.group(2):
-        ids = ids.reshape([int(x) for x in m.group(2).split(",")])
-        if m.group(3):
-            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
-    ids = ids.reshape(-1)
-    groups = _axis_groups(sizes, re.findall(r"'(\w+)'", m.group(4)))
-    return frozenset(frozenset(int(ids[d]) for d in g) for g in groups)
-
-
-def _axis_groups(shape: Mapping[str, int], axes: Sequence[str]) -> frozenset:
-    """Device positions that talk to each other in a collective over ``axes`` of a mesh."""
-    import numpy as np
-
-    names = list(shape)
-    ids = np.arange(math.prod(shape.values())).reshape(list(shape.values()))
-    moved = np.moveaxis(ids, [names.index(a) for a in axes], range(-len(axes), 0))
-    return frozenset(frozenset(int(x) for x in row) for row in moved.reshape(-1, math.prod(shape[a] for a in axes)))
-
-
-def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
-    """(kind, mesh axes) of every collective in compiled HLO text, in program order.
-
-    Kinds use the planner's names ("all_gather", ..., "collective_permute"); axes are found by
-    matching the replica groups against each set of mesh axes (None for collective-permute,
-    whose pairs are not groups, or for groups that match no set of axes).
-    """
-    from itertools import permutations
-
-    shape = dict(mesh_shape)
-    n = math.prod(shape.values())
-    by_groups = {}
-    for r in range(len(shape), 0, -1):
-        for axes in permutations(shape, r):
-            by_groups.setdefault(_axis_groups(shape, axes), tuple(a for a in shape if a in axes))
-    out = []
-    for line in hlo_text.splitlines():
-        op = _HLO_OP.search(line)
-        if not op or "-done(" in line:
-            continue
-        g = _GROUPS.search(line)
-        groups = _parse_groups(g.group(1), n) if g else None
-        out.append((op.group(1).replace("-", "_"), by_groups.get(groups) if groups else None))
-    return tuple(out)
-
-
+# HLO parsing lives in scalelib.hlo; hlo_collectives is re-exported here for callers of this module.
 def xla_collectives(plan: MatmulPlan, mesh, shape_a: Sequence[int], shape_b: Sequence[int],
                     dtype=None) -> tuple[tuple[str, tuple[str, ...] | None], ...]:
     """Collectives XLA inserts when ``jax.jit`` compiles A @ B with the plan's shardings.
