@@ -59,7 +59,8 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "lab":
         ensure_env("course", pinned=False)
-        os.execv(str(PY), [str(PY), "-m", "jupyter", "lab", str(ROOT / "chapters"), *argv[1:]])
+        root_flag = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers run as root
+        os.execv(str(PY), [str(PY), "-m", "jupyter", "lab", str(ROOT / "chapters"), *root_flag, *argv[1:]])
     ensure_env("test", pinned=True)
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg")
     return subprocess.run([str(PY), "-m", "pytest", *PYTEST_ARGS, *argv[1:]], cwd=ROOT, env=env).returncode
