@@ -1,0 +1,279 @@
+"""Plan a training run: which schemes fit, how fast each is, what the run costs.
+
+Book: "How to Scale Your Model", section 5.1.6 (LLaMA-3 70B on TPU v5p: the FSDP, FSDP x TP and
+DCN limits) and section 6 (the whole plan: FLOPs of the run, days on a pod, the fewest chips by
+memory, memory per chip, why FSDP alone is comms-bound, the 2048 x 4 FSDP x TP split).
+
+Step time. Compute: the run's 6 N FLOPs per token (section 4) over the chips at ``mfu`` of peak.
+Communication: the per-layer ratio of comms to peak-rate compute from ``cost.layer_cost`` (the
+book's MLP layer), applied pass by pass to the whole model, i.e. every weight is assumed to
+travel like the MLP's. A pass takes max(compute, comms); a pipeline is stretched by its bubble.
+Schemes that leave chips idle (an FSDP x TP split rounded to powers of two) are timed on the
+chips they use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scalelib import transformer as tf
+from scalelib.hardware import Chip
+from scalelib.parallel import cost
+from scalelib.parallel.cost import Layout
+from scalelib.parallel.memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
+    training_memory
+from scalelib.topology import Slice
+from scalelib.transformer_flops import six_n_train_flops
+
+SECONDS_PER_DAY = 86_400.0
+_PASS_SHARE = (1 / 3, 2 / 3)  # forward, backward share of a step's FLOPs (2 + 4 per param-token)
+
+
+def training_flops(n_params: float, tokens: float) -> float:
+    """FLOPs of a run: 6 x params x tokens (section 4; 6.3e24 for LLaMA 3-70B on 15T tokens)."""
+    return six_n_train_flops(n_params, tokens)
+
+
+def training_time_s(total_flops: float, chips: int, chip: Chip, mfu: float = 1.0, dtype: str = "bf16") -> float:
+    """Seconds to do ``total_flops`` on ``chips`` chips at ``mfu`` of their peak, if compute-bound."""
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}; 0.4 is a typical training MFU")
+    if not (chips >= 1):
+        raise ValueError(f"chips must be >= 1, got {chips!r}")
+    return total_flops / (chips * chip.flops_per_s(dtype) * mfu)
+
+
+def max_chips_compute_bound(global_batch_tokens: float, min_batch_per_chip_tokens: float) -> float:
+    """Most chips a batch can be spread over before falling under the per-chip threshold."""
+    return global_batch_tokens / min_batch_per_chip_tokens
+
+
+def min_global_batch_tokens(min_batch_per_chip_tokens: float, chips: int) -> float:
+    """Smallest global batch that keeps ``chips`` chips above a per-chip threshold."""
+    return min_batch_per_chip_tokens * chips
+
+
+def total_chips(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> int:
+    """Chips of ``slices`` copies of ``where`` (a Slice or a count; default a full pod)."""
+    return _slice_axes(chip, chip.pod_chips if where is None else where)[0] * slices
+
+
+def total_hbm_bytes(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> float:
+    """HBM of all those chips together (Exercise 5.3 compares a run's bytes with it)."""
+    return total_chips(chip, where, slices) * chip.hbm_bytes
+
+
+def sequences_per_batch(global_batch_tokens: int, seq_len: int) -> int:
+    """Sequences in the batch: the most data-parallel ways without sequence sharding (6.3)."""
+    if global_batch_tokens % seq_len:
+        raise ValueError(f"batch of {global_batch_tokens} tokens is not a whole number of {seq_len}-token sequences")
+    return global_batch_tokens // seq_len
+
+
+@dataclass(frozen=True)
+class SchemePlan:
+    """One scheme on the requested chips: layout, memory, speed and cost."""
+
+    layout: Layout
+    memory: ChipMemory
+    fits_in_hbm: bool
+    batch_per_chip_tokens: float
+    compute_bound: bool
+    step_time_s: float
+    training_time_s: float | None
+    cost_usd: float | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def scheme(self) -> str:
+        return self.layout.scheme
+
+    @property
+    def chips_used(self) -> int:
+        return self.layout.chips
+
+    @property
+    def feasible(self) -> bool:
+        """Its state and activations fit in HBM and its shape is possible (see ``notes``)."""
+        return self.fits_in_hbm and not any(n.startswith("infeasible") for n in self.notes)
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """Every scheme considered for one run, with the book's reference numbers."""
+
+    model: str
+    chip: Chip
+    chips: int
+    global_batch_tokens: float
+    seq_len: int
+    mfu: float
+    train_flops: float | None
+    min_chips_for_memory: int
+    fsdp_critical_batch_per_chip_tokens: float
+    mixed_critical_batch_per_chip_tokens: float
+    schemes: tuple[SchemePlan, ...]
+
+    @property
+    def batch_per_chip_tokens(self) -> float:
+        """Global batch over every chip of the request (the B / N of section 5's thresholds)."""
+        return self.global_batch_tokens / self.chips
+
+    def scheme(self, name: str) -> SchemePlan:
+        for s in self.schemes:
+            if s.scheme == name:
+                return s
+        raise KeyError(f"no {name!r} in this plan; it has {[s.scheme for s in self.schemes]}")
+
+    @property
+    def feasible(self) -> tuple[SchemePlan, ...]:
+        return tuple(s for s in self.schemes if s.feasible)
+
+    @property
+    def best(self) -> SchemePlan:
+        """Fastest feasible scheme (compute-bound ones first)."""
+        if not self.feasible:
+            raise ValueError(f"no scheme fits {self.model} on {self.chips} x {self.chip.name}; add chips or "
+                             "use more rematerialization")
+        return min(self.feasible, key=lambda s: (not s.compute_bound, s.step_time_s))
+
+
+def split_axes(ways: int, n_axes: int) -> tuple[int, ...]:
+    """``ways`` as ``n_axes`` integer factors, each near ways^(1/n_axes) (ICI axes of a mesh)."""
+    out, rest = [], ways
+    for k in range(n_axes, 0, -1):
+        target = rest ** (1 / k)
+        d = min((d for d in range(1, rest + 1) if rest % d == 0), key=lambda d: abs(math.log(d / target)))
+        out.append(d)
+        rest //= d
+    return tuple(out)
+
+
+def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
+    if isinstance(where, Slice):
+        axes = tuple(n for n in where.shape if n > 1) or (1,)
+        return where.num_chips, axes
+    if not (isinstance(where, int) and where >= 1):
+        raise ValueError(f"give a topology.Slice or a positive chip count, got {where!r}")
+    n_axes = len(chip.pod_shape) if chip.torus else 1
+    return where, split_axes(where, n_axes)
+
+
+def _layouts(cfg, layer, chip, chips, axes, batch, slices, stages, microbatches):
+    n_axes = len([a for a in axes if a > 1]) or 1
+    m_x, m_y = max(1, n_axes - 1), 1
+    per_slice = batch / slices
+    rng = cost.mixed_fsdp_ways_range(per_slice, layer.effective_d_ff, chips, chip, m_x, m_y)
+    target = rng[1] if rng else cost.optimal_fsdp_ways(per_slice, layer.effective_d_ff, chips, m_x, m_y)
+    x, y = cost.power_of_two_split(chips, min(max(1.0, target), chips))
+    mixed = dict(data_axes=split_axes(x, m_x), model_axes=(y,))
+    z = stages or max(d for d in (1, 2, 4, 8, 16) if cfg.n_layers % d == 0 and d <= chips)
+    out = [Layout("data", data_axes=axes), Layout("fsdp", data_axes=axes), Layout("tensor", model_axes=axes),
+           Layout("fsdp_tp", **mixed),
+           Layout("pipeline", data_axes=split_axes(chips // z, n_axes), stages=z,
+                  microbatches=microbatches or 4 * z)]
+    if cfg.is_moe:
+        e = max(d for d in range(1, cfg.n_experts + 1) if cfg.n_experts % d == 0 and chips % d == 0)
+        out.append(Layout("expert", data_axes=split_axes(chips // e, n_axes), expert_axes=(e,)))
+    if slices > 1:
+        inner = mixed if per_slice / chips < cost.dp_critical_batch_per_chip_tokens(chip, n_axes) else \
+            dict(data_axes=axes)
+        out.append(Layout("multislice", slices=slices, **inner))
+    return out
+
+
+def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, global_batch_tokens: int,
+                  seq_len: int, mfu: float = 0.4, train_tokens: float | None = None, slices: int = 1,
+                  remat: str | float = "full", state: StateBytes = BOOK_ADAM, n_params: float | None = None,
+                  sequence_sharding: bool = True, count_gate: bool = False, pipeline_stages: int | None = None,
+                  microbatches: int | None = None) -> TrainingPlan:
+    """Every scheme for ``cfg`` on ``where`` (a Slice, or a chip count taken as a full torus),
+    ``slices`` of them over DCN; ``n_params`` overrides the exact count (the book uses 70e9)."""
+    if not 0 < mfu <= 1:
+        raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
+    if not (isinstance(slices, int) and slices >= 1):
+        raise ValueError(f"slices must be a positive int, got {slices!r}")
+    chips, axes = _slice_axes(chip, where)
+    counts = tf.param_counts(cfg)
+    n = counts.total if n_params is None else n_params
+    active = n * counts.active / counts.total
+    layer = cost.LayerModel.from_config(cfg, count_gate)
+    step_flops = training_flops(active, global_batch_tokens)
+    sequences = global_batch_tokens // seq_len
+    plans = []
+    for layout in _layouts(cfg, layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages,
+                           microbatches):
+        lc = cost.layer_cost(layout, layer, chip, global_batch_tokens)
+        peak_s = step_flops / (layout.chips * chip.bf16_flops_per_s)
+        passes = [(share * peak_s / mfu, p.comms_s / p.compute_s * share * peak_s)
+                  for share, p in zip(_PASS_SHARE, (lc.forward, lc.backward))]
+        step_s = sum(max(c, m) for c, m in passes) / (1 - lc.bubble_fraction)
+        mem = memory_per_chip(layout, cfg, global_batch_tokens, seq_len, remat, state, n)
+        notes = []
+        if layout.batch_ways > sequences:
+            msg = f"splits {sequences} sequences {layout.batch_ways} ways: needs sequence (context) sharding"
+            notes.append(msg if sequence_sharding else "infeasible: " + msg)
+        if layout.model_ways > cfg.d_model or layout.model_ways > layer.d_ff:
+            notes.append(f"infeasible: {layout.model_ways}-way tensor parallelism exceeds D or F")
+        if layout.scheme == "pipeline":
+            micro = global_batch_tokens / (layout.batch_ways * layout.microbatches)
+            if micro < cost.hbm_critical_batch_tokens(chip):
+                notes.append(f"microbatches of {micro:.0f} tokens per chip are HBM-bandwidth-bound")
+        if layout.chips < chips * slices:
+            notes.append(f"uses {layout.chips} of {chips * slices} chips")
+        run_s = step_s * train_tokens / global_batch_tokens if train_tokens else None
+        usd = run_s / 3600 * layout.chips * chip.usd_per_hour if run_s and chip.usd_per_hour else None
+        plans.append(SchemePlan(layout, mem, mem.fits(chip), lc.batch_per_chip_tokens, lc.compute_bound,
+                                step_s, run_s, usd, tuple(notes)))
+    n_axes = len([a for a in axes if a > 1]) or 1
+    return TrainingPlan(
+        cfg.name, chip, chips * slices, global_batch_tokens, seq_len, mfu,
+        training_flops(active, train_tokens) if train_tokens else None,
+        min_chips_for_memory(training_memory(cfg, global_batch_tokens, seq_len, remat, state, n), chip),
+        cost.dp_critical_batch_per_chip_tokens(chip, n_axes),
+        cost.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
+        tuple(plans))
+
+
+def plot_scheme_times(layer: cost.LayerModel | tf.TransformerConfig, chip: Chip, where: Slice | int,
+                      batch_per_chip_tokens=None, schemes=("data", "fsdp", "tensor", "fsdp_tp"), ax=None):
+    """Per-layer forward compute time and each scheme's comms against batch per chip (Figure 16's
+    picture). A scheme's curve is its tighter pass's comms, scaled to the forward's FLOPs, so
+    it crosses the compute line exactly at the book's threshold. Returns (fig, ax)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if isinstance(layer, tf.TransformerConfig):
+        layer = cost.LayerModel.from_config(layer)
+    chips, axes = _slice_axes(chip, where)
+    n_axes = len([a for a in axes if a > 1]) or 1
+    per_chip = np.logspace(1, 5, 60) if batch_per_chip_tokens is None else np.asarray(batch_per_chip_tokens)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig = ax.figure
+    compute = []
+    curves = {s: [] for s in schemes}
+    for b in per_chip:
+        batch = float(b) * chips
+        for s in schemes:
+            if s == "fsdp_tp":
+                x, y = cost.power_of_two_split(chips, min(chips, max(1.0, cost.optimal_fsdp_ways(
+                    batch, layer.effective_d_ff, chips, max(1, n_axes - 1)))))
+                layout = Layout(s, data_axes=split_axes(x, max(1, n_axes - 1)), model_axes=(y,))
+                batch_s = float(b) * x * y
+            else:
+                layout = Layout(s, data_axes=axes) if s in ("data", "fsdp") else Layout(s, model_axes=axes)
+                batch_s = batch  # tensor: every chip sees the whole batch, its FLOPs cut Y = N ways
+            lc = cost.layer_cost(layout, layer, chip, batch_s)
+            curves[s].append(lc.comms_to_compute * lc.forward.compute_s)
+        compute.append(cost.layer_cost(Layout("fsdp", data_axes=axes), layer, chip, batch).forward.compute_s)
+    ax.loglog(per_chip, compute, "k--", label="compute (one forward)")
+    for s in schemes:
+        ax.loglog(per_chip, curves[s], label=f"{s} comms")
+    ax.set_xlabel("batch per chip (tokens)")
+    ax.set_ylabel("seconds per layer")
+    ax.set_title(f"{chip.name}, {chips} chips, F = {layer.d_ff}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig, ax
