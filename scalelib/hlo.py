@@ -110,6 +110,7 @@ def _result_bytes(line: str) -> int:
 
 def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[CollectiveOp, ...]:
     """Every collective in compiled HLO text, in program order, with its axes and result bytes."""
+    hlo_text = re.sub(r"/\*index=\d+\*/", "", hlo_text)  # XLA numbers long tuple types with comments
     kinds = hlo_collectives(hlo_text, mesh_shape)
     lines = [ln for ln in hlo_text.splitlines() if _HLO_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))

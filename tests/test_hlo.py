@@ -29,3 +29,11 @@ def test_no_collectives_in_local_program():
     mesh = compat.make_mesh((8,), ("x",))
     text = _compiled(lambda v: v * 2, mesh, P("x"), P("x"), jnp.ones((8, 4)))
     assert hlo.collective_ops(text, dict(mesh.shape)) == ()
+
+
+def test_tuple_results_with_index_comments():
+    # XLA annotates long tuple types with /*index=N*/ comments; their '=' must not end the type.
+    line = ("%ar = (f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, f32[2]{0}, /*index=5*/f32[4]{0}) "
+            "all-reduce(%a, %b, %c, %d, %e, %f), replica_groups={{0,1}}, to_apply=%add")
+    (op,) = hlo.collective_ops(line, {"x": 2})
+    assert op.kind == "all_reduce" and op.axes == ("x",) and op.result_bytes == 5 * 8 + 16
