@@ -19,6 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("path", type=Path, help="folder or .zip of submitted notebooks")
     gr.add_argument("--chapter", required=True, help="e.g. 01_rooflines (or 01)")
     gr.add_argument("--out", type=Path, default=Path("grading-output"), help="where grades.csv and feedback/ go")
+    gr.add_argument("--roster", type=Path, help="CSV with a 'student' column (optional: name, id, email, aliases)")
+    gr.add_argument("--workers", type=int, default=None, help="kernels side by side (default: number of cores)")
+    gr.add_argument("--force", action="store_true", help="re-grade students already graded in --out")
+    gr.add_argument("--cell-timeout", type=float, help="seconds per cell (default: pyproject cell-timeout-s)")
+    gr.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default: pyproject notebook-timeout-s)")
+    gr.add_argument("--memory-mb", type=int, help="address-space limit per kernel in MB, 0 for none (default: pyproject memory-mb)")
+    gr.add_argument("--max-output-bytes", type=int, help="text output kept per notebook (default: pyproject max-output-bytes)")
     args = parser.parse_args(argv)
 
     from autograder import release
@@ -37,10 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from autograder import grade
 
-    results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out)
-    graded = sum(r.status == "graded" for r in results)
-    print(f"{graded} of {len(results)} notebooks graded; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")
-    return 0 if graded == len(results) else 2
+    results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
+                          workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
+                          notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb,
+                          max_output_bytes=args.max_output_bytes)
+    counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")
+    return 0 if counts["graded"] == len(results) else 2
 
 
 if __name__ == "__main__":

@@ -1,124 +1,355 @@
-"""Grade a folder (or zip) of student notebooks for one chapter with nbgrader's autograder.
+"""Grade a course site's export (folder or zip of notebooks) for one chapter, in parallel and isolated.
 
-Writes ``grades.csv`` (one row per student, one column per exercise) and ``feedback/<student>.html``,
-and prints one status line per student. Scores come from nbgrader's gradebook, so a deleted or edited
-test cell cannot earn points: nbgrader restores the instructor's test cells before running.
+How a submission is graded (see also README, "For instructors"):
+
+1. **Who and what.** :mod:`autograder.submissions` maps files to students (file names as course sites and
+   Colab write them, an optional roster) and to a chapter (the notebook's ``metadata.scalelib.chapter``);
+   the latest file per student wins; unmatched files are listed.
+2. **Which cells.** :mod:`autograder.align` finds the student's answer cells by what they define (the
+   function the released stub names), not by nbgrader metadata or cell ids, which Colab may drop. The
+   graded run is built by the grader: the instructor's set-up and demo cells, the student's answer cells
+   (and their own helper cells), never the student's copies of test cells.
+3. **Where it runs.** Each student gets a fresh kernel in an OS sandbox (:mod:`autograder.sandbox`: its
+   own user/mount/PID/network namespaces, a root file system with only Python, the environment and
+   scalelib, read-only, and one writable scratch folder) with a memory limit (RLIMIT_AS), per-cell and
+   per-notebook time limits and an output cap (:mod:`autograder.kernel`). The submission's saved
+   outputs are never used (only cell sources are sent).
+4. **Who judges.** :mod:`autograder.judge`: the instructor's test cells (hidden tests included) run in
+   the grader process against a trusted run of the instructor's notebook; the student's functions are
+   called in the kernel and only plain JSON values come back. Patching numpy, scalelib, builtins or
+   ``ex.check_close`` in the kernel, or returning an object that equals anything, cannot make a wrong
+   answer pass.
+5. **Many at once.** ``workers`` kernels run side by side (threads here, one kernel process each). Each
+   student's result is written atomically to ``results/<student>.json`` as soon as it is known (a rerun
+   skips students whose notebook and chapter are unchanged unless ``force``); ``grades.csv``,
+   ``submissions.csv`` and ``feedback/<student>.html`` are then written from those files.
+
+Statuses: graded, partially graded (with the reason), timed out, crashed, invalid notebook, wrong chapter,
+missing (a roster student without a file).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import html
 import json
-import re
+import os
 import shutil
+import sys
 import tempfile
+import threading
 import time
-import warnings
-import zipfile
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import course, nbgrader_course
+from autograder import align, course, sandbox, submissions
+from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+
+GRADER_VERSION = "2"
+STATUSES = ("graded", "partially graded", "timed out", "crashed", "invalid notebook", "wrong chapter", "missing")
 
 
 @dataclass(frozen=True)
 class StudentResult:
     student: str
-    status: str  # 'graded', 'invalid notebook', 'failed to run'
+    status: str  # one of STATUSES
     score: float
     max_score: float
     exercises: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     detail: str = ""
+    file: str = ""
+    messages: dict[str, str] = field(default_factory=dict)  # exercise -> why it failed
+    outputs: dict[str, str] = field(default_factory=dict)  # exercise -> what its test printed
+    in_kernel: tuple[str, ...] = ()  # exercises that had to be judged inside the kernel
+    fingerprint: str = ""
 
     def line(self) -> str:
         extra = f" ({self.detail})" if self.detail else ""
         return f"{self.student:24s} {self.score:6.1f} / {self.max_score:.1f}  {self.status}{extra}  [{self.seconds:.1f} s]"
 
 
-def _student_id(path: Path, chapter: str) -> str:
-    name = path.parent.name if path.stem == chapter else path.stem
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "unknown"
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
-def find_submissions(source: Path, chapter: str, workdir: Path) -> dict[str, Path]:
-    """Map student id -> notebook, from a folder or a .zip of notebooks."""
-    if source.is_file() and source.suffix == ".zip":
-        unpacked = workdir / "unzipped"
-        with zipfile.ZipFile(source) as zf:
-            zf.extractall(unpacked)
-        source = unpacked
-    if not source.is_dir():
-        raise SystemExit(f"{source} is neither a folder nor a .zip of notebooks")
-    found: dict[str, Path] = {}
-    for nb in sorted(source.rglob("*.ipynb")):
-        if ".ipynb_checkpoints" in nb.parts:
-            continue
-        sid = _student_id(nb.relative_to(source), chapter)
-        if sid in found:
-            raise SystemExit(f"two notebooks map to student {sid!r}: {found[sid]} and {nb}; rename one")
-        found[sid] = nb
-    if not found:
-        raise SystemExit(f"no .ipynb files under {source}")
-    return found
+def _safe(student: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in student)[:100] or "_"
 
 
-def _readable(nb_path: Path) -> str:
+class Grader:
+    def __init__(self, chapter_name: str, root: Path, out_dir: Path, limits: Limits, workers: int, force: bool,
+                 quiet: bool = False):
+        self.chapter = align.load_chapter(root / "solutions" / f"{chapter_name}.ipynb")
+        self.chapter_name = chapter_name
+        self.out_dir, self.limits, self.workers, self.force, self.quiet = out_dir, limits, workers, force, quiet
+        self.solution_hash = hashlib.sha256((root / "solutions" / f"{chapter_name}.ipynb").read_bytes()).hexdigest()
+        self._context = None
+        self._context_lock = threading.Lock()
+        self._print_lock = threading.Lock()
+        self.done = 0
+        self.total = 0
+
+    # -- trusted context, built once, lazily, in a thread of its own --
+    def context(self):
+        from autograder.judge import TrustedContext
+
+        with self._context_lock:
+            if self._context is None:
+                self._context = TrustedContext(self.chapter)
+                threading.Thread(target=self._context.build, daemon=True, name="trusted-context").start()
+        return self._context
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            with self._print_lock:
+                print(text, flush=True)
+
+    def fingerprint(self, path: Path) -> str:
+        h = hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(f"{GRADER_VERSION}:{self.solution_hash}:{h}".encode()).hexdigest()[:32]
+
+    def empty(self, student: str, status: str, detail: str, file: str = "", fp: str = "") -> StudentResult:
+        return StudentResult(student, status, 0.0, self.chapter.max_score, {e: 0.0 for e in self.chapter.exercises},
+                             0.0, detail, file, fingerprint=fp)
+
+    def grade_one(self, student: str, cand: submissions.Candidate, scratch: Path, logs: Path) -> StudentResult:
+        from autograder.judge import KERNEL_HELPER, Judge
+
+        start = time.perf_counter()
+        fp = self.fingerprint(cand.path)
+        if cand.invalid:
+            return self.empty(student, "invalid notebook", cand.invalid, cand.shown, fp)
+        if cand.chapter not in (None, self.chapter_name):
+            return self.empty(student, "wrong chapter", f"this is {cand.chapter} (from its {cand.chapter_from})",
+                              cand.shown, fp)
+        nb = json.loads(cand.path.read_bytes().decode("utf-8"))
+        plan = align.plan(nb["cells"], self.chapter)
+        if not (set(plan.answers) & set(self.chapter.exercises)) and cand.chapter is None:
+            return self.empty(student, "wrong chapter", "none of this chapter's answers are in it", cand.shown, fp)
+        lim = self.limits
+        deadline = time.monotonic() + lim.notebook_timeout_s
+        scores = {e: 0.0 for e in self.chapter.exercises}
+        messages = {e: "answer not found in the notebook" for e in plan.not_found}
+        outputs: dict[str, str] = {}
+        in_kernel: list[str] = []
+        problems: list[str] = []
+        status = "graded"
+        session = None
+        try:
+            session = KernelSession(scratch, lim, logs / f"{_safe(student)}.kernel.log")
+            helper = session.run(KERNEL_HELPER, timeout=60, silent=True)
+            if not helper.ok:
+                problems.append(f"grader helper: {helper.error}")
+            judge = None
+            for kind, src, eid in self.chapter.cells:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    status = "timed out"
+                    problems.append(f"notebook time limit ({lim.notebook_timeout_s:.0f} s) reached")
+                    break
+                if kind in ("setup", "context"):
+                    run = session.run(src, timeout=min(lim.cell_timeout_s, remaining))
+                    if run.timed_out:
+                        problems.append(f"a set-up/demo cell timed out")
+                    continue
+                if kind == "answer":
+                    if eid not in plan.answers:
+                        continue
+                    for i, cell in enumerate(plan.helpers.get(eid, []) + [plan.answers[eid]]):
+                        run = session.run(cell, timeout=min(lim.cell_timeout_s, remaining))
+                        if run.timed_out:
+                            problems.append(f"answer cell of {eid} timed out ({lim.cell_timeout_s:.0f} s) and was interrupted")
+                        if run.output_capped:
+                            problems.append(f"answer cell of {eid} printed more than {lim.max_output_bytes} bytes")
+                    continue
+                # a test cell: judge it in the grader
+                ctx = self.context()
+                if not ctx.ready.wait(timeout=max(remaining, 0)):
+                    status = "timed out"
+                    break
+                if ctx.error is not None:
+                    raise RuntimeError(f"the instructor's notebook failed in the grader: {ctx.error!r}")
+                if judge is None:
+                    judge = Judge(ctx, session, lim.cell_timeout_s, deadline)
+                if eid not in plan.answers:
+                    continue
+                verdict = judge.judge(eid)
+                scores[eid] = verdict.points
+                if verdict.message:
+                    messages[eid] = verdict.message
+                if verdict.output:
+                    outputs[eid] = verdict.output[-4000:]
+                if verdict.in_kernel:
+                    in_kernel.append(eid)
+                if not session.alive():
+                    raise KernelDied("the kernel died")
+        except KernelTimedOut as err:
+            status = "timed out"
+            problems.append(str(err))
+        except KernelDied as err:
+            status = "crashed"
+            tail = session.log_tail() if session else ""
+            problems.append(f"kernel crashed: {err}" + (f" [{tail[-160:]}]" if tail and "sandbox" in tail else ""))
+        finally:
+            if session is not None:
+                if session.output_bytes > lim.max_output_bytes and not any("printed" in p for p in problems):
+                    problems.append(f"output over {lim.max_output_bytes} bytes was cut")
+                session.close()
+            shutil.rmtree(scratch, ignore_errors=True)
+        if status == "graded" and (plan.not_found or problems):
+            status = "partially graded"
+        if plan.not_found:
+            problems.insert(0, f"no answer found for {', '.join(plan.not_found)}")
+        for e in self.chapter.exercises:
+            if status in ("timed out", "crashed") and e not in messages and scores[e] == 0:
+                messages[e] = f"not graded: {status}"
+        return StudentResult(student, status, sum(scores.values()), self.chapter.max_score, scores,
+                             time.perf_counter() - start, "; ".join(problems)[:400], cand.shown, messages, outputs,
+                             tuple(in_kernel), fp)
+
+
+def _load_result(path: Path) -> StudentResult | None:
     try:
-        json.loads(nb_path.read_text(encoding="utf-8"))
-        return ""
-    except (UnicodeDecodeError, ValueError) as err:
-        return f"not a notebook: {str(err)[:80]}"
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data["in_kernel"] = tuple(data.get("in_kernel", ()))
+        return StudentResult(**data)
+    except (OSError, ValueError, TypeError):
+        return None
 
 
-def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT) -> list[StudentResult]:
-    from nbgrader.api import Gradebook
-
-    # nbgrader's gradebook trips SQLAlchemy's autoflush warnings on every submission; they are noise.
-    warnings.filterwarnings("ignore", module="nbgrader.api")
+def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
+          workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
+          notebook_timeout_s: float | None = None, memory_mb: int | None = None,
+          max_output_bytes: int | None = None, quiet: bool = False) -> list[StudentResult]:
+    """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student."""
     settings = course.settings(root)
+    why_not = sandbox.available()
+    if why_not:
+        print("\n" + "!" * 78 + f"\n!! WARNING: no OS sandbox for student kernels here ({why_not}).\n"
+              "!! Student code can read and write anything this user can. Grade on Linux with user\n"
+              "!! namespaces enabled (sysctl kernel.unprivileged_userns_clone=1) to isolate it.\n" + "!" * 78 + "\n",
+              file=sys.stderr, flush=True)
+    limits = Limits(cell_timeout_s=cell_timeout_s or settings.cell_timeout_s,
+                    notebook_timeout_s=notebook_timeout_s or settings.notebook_timeout_s,
+                    memory_mb=memory_mb if memory_mb is not None else settings.memory_mb,
+                    max_output_bytes=max_output_bytes or settings.max_output_bytes,
+                    sandbox=not why_not)
+    workers = max(1, workers or os.cpu_count() or 1)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "feedback").mkdir(exist_ok=True)
-    results: list[StudentResult] = []
+    (out_dir / "results").mkdir(exist_ok=True)
+    (out_dir / "logs").mkdir(exist_ok=True)
+    grader = Grader(chapter, root, out_dir, limits, workers, force, quiet)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
-        api, _ = nbgrader_course.generate(work / "course", chapter, root / "solutions", settings.cell_timeout_s)
-        db_url = f"sqlite:///{work / 'course' / 'gradebook.db'}"
-        with Gradebook(db_url) as gb:
-            max_scores = {g.name: g.max_score for g in gb.find_notebook(chapter, chapter).grade_cells}
-        max_total = sum(max_scores.values())
-        for sid, nb in find_submissions(source, chapter, work).items():
-            start = time.perf_counter()
-            problem = _readable(nb)
-            if problem:
-                result = StudentResult(sid, "invalid notebook", 0.0, max_total, {}, 0.0, problem)
+        mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster)
+        if not mapping.chosen and not mapping.missing:
+            raise SystemExit(f"no notebooks found in {source}" +
+                             (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
+        results: dict[str, StudentResult] = {}
+        todo = []
+        for student, cand in sorted(mapping.chosen.items()):
+            previous = _load_result(out_dir / "results" / f"{_safe(student)}.json")
+            if previous and not force and previous.fingerprint == grader.fingerprint(cand.path):
+                results[student] = previous
+                grader.say(f"{previous.line()}  (already graded; --force to redo)")
             else:
-                target = work / "course" / "submitted" / sid / chapter
-                target.mkdir(parents=True, exist_ok=True)
-                shutil.copy(nb, target / f"{chapter}.ipynb")
-                run = api.autograde(chapter, sid, force=True, create=True)
-                if not run["success"]:
-                    detail = (run.get("error") or run.get("log") or "").strip().splitlines()[-1:] or [""]
-                    result = StudentResult(sid, "failed to run", 0.0, max_total, {}, time.perf_counter() - start, detail[0][:120])
-                else:
-                    with Gradebook(db_url) as gb:
-                        sub = gb.find_submission_notebook(chapter, chapter, sid)
-                        scores = {g.name: float(g.score or 0.0) for g in sub.grades if g.name in max_scores}
-                    api.generate_feedback(chapter, sid, force=True)
-                    html = work / "course" / "feedback" / sid / chapter / f"{chapter}.html"
-                    if html.exists():
-                        shutil.copy(html, out_dir / "feedback" / f"{sid}.html")
-                    result = StudentResult(sid, "graded", sum(scores.values()), max_total, scores, time.perf_counter() - start)
-            print(result.line(), flush=True)
-            results.append(result)
-    write_csv(out_dir / "grades.csv", chapter, results, list(max_scores))
-    return results
+                todo.append((student, cand))
+        grader.total = len(todo)
+        start = time.perf_counter()
+        if todo:
+            grader.say(f"grading {len(todo)} notebooks of {chapter} with {min(workers, len(todo))} workers"
+                       f" ({'sandboxed' if limits.sandbox else 'NOT sandboxed'}; limits: {limits.cell_timeout_s:.0f} s/cell,"
+                       f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.max_output_bytes} B output)")
+        with ThreadPoolExecutor(max_workers=min(workers, max(1, len(todo)))) as pool:
+            futures = {pool.submit(grader.grade_one, s, c, work / "scratch" / f"s{i:04d}", out_dir / "logs"): s
+                       for i, (s, c) in enumerate(todo)}
+            for fut in as_completed(futures):
+                student = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as err:  # noqa: BLE001 - a grader bug for one student stops no one else
+                    res = grader.empty(student, "crashed", f"grader error: {type(err).__name__}: {err}"[:300],
+                                       mapping.chosen[student].shown)
+                    res = StudentResult(**{**asdict(res), "fingerprint": ""})
+                results[student] = res
+                _atomic_write(out_dir / "results" / f"{_safe(student)}.json", json.dumps(asdict(res), indent=1))
+                write_feedback(out_dir / "feedback" / f"{_safe(student)}.html", chapter, res, grader.chapter)
+                grader.done += 1
+                elapsed = time.perf_counter() - start
+                grader.say(f"[{grader.done:>3}/{grader.total}  {elapsed:6.0f} s] {res.line()}")
+        for student in mapping.missing:
+            results[student] = grader.empty(student, "missing", "no submission")
+        for student, res in results.items():
+            fb = out_dir / "feedback" / f"{_safe(student)}.html"
+            if not fb.exists():
+                write_feedback(fb, chapter, res, grader.chapter)
+        ordered = [results[s] for s in sorted(results)]
+        write_csv(out_dir / "grades.csv", chapter, ordered, list(grader.chapter.exercises))
+        write_manifest(out_dir / "submissions.csv", mapping)
+        if mapping.unmatched:
+            grader.say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
+            for name, why in mapping.unmatched:
+                grader.say(f"  {name}: {why}")
+        if todo:
+            secs = time.perf_counter() - start
+            grader.say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
+    return ordered
 
 
 def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_ids: list[str]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", "chapter", "score", "max_score", "status", *exercise_ids])
-        for r in results:
-            writer.writerow([r.student, chapter, f"{r.score:g}", f"{r.max_score:g}", r.status,
-                             *(f"{r.exercises.get(e, 0.0):g}" for e in exercise_ids)])
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["student", "chapter", "score", "max_score", "status", "detail", "file", *exercise_ids])
+    for r in results:
+        writer.writerow([r.student, chapter, f"{r.score:g}", f"{r.max_score:g}", r.status, r.detail, r.file,
+                         *(f"{r.exercises.get(e, 0.0):g}" for e in exercise_ids)])
+    _atomic_write(path, buf.getvalue())
+
+
+def write_manifest(path: Path, mapping: submissions.Mapping) -> None:
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["file", "student", "use", "why"])
+    for student, cand in sorted(mapping.chosen.items()):
+        writer.writerow([cand.shown, student, "graded", f"chapter from {cand.chapter_from or 'content'}"])
+    for cand, student in mapping.superseded:
+        writer.writerow([cand.shown, student, "superseded", f"a later file of {student} was graded"])
+    for name, why in mapping.unmatched:
+        writer.writerow([name, "", "unmatched", why])
+    _atomic_write(path, buf.getvalue())
+
+
+def write_feedback(path: Path, chapter: str, r: StudentResult, ch: align.Chapter) -> None:
+    e = html.escape
+    rows = []
+    for eid, ex in ch.exercises.items():
+        got = r.exercises.get(eid, 0.0)
+        note = r.messages.get(eid, "" if got == ex.points else "not graded")
+        if eid in r.in_kernel:
+            note = (note + " " if note else "") + "(judged inside your kernel)"
+        out = r.outputs.get(eid, "")
+        rows.append(f"<tr><td>{e(eid)}</td><td>{got:g} / {ex.points:g}</td><td>{'passed' if got == ex.points else 'failed'}</td>"
+                    f"<td><pre>{e(note)}</pre>{f'<pre>{e(out)}</pre>' if out else ''}</td></tr>")
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(chapter)}: {e(r.student)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}}
+table{{border-collapse:collapse}}pre{{white-space:pre-wrap;margin:0}}</style></head><body>
+<h1>{e(chapter)}: {e(r.student)}</h1>
+<p>Status: <b>{e(r.status)}</b>{(' &mdash; ' + e(r.detail)) if r.detail else ''}</p>
+<p>Score: <b>{r.score:g} / {r.max_score:g}</b>{(' &mdash; file ' + e(r.file)) if r.file else ''}</p>
+<table><tr><th>exercise</th><th>points</th><th>result</th><th>details</th></tr>
+{''.join(rows)}
+</table></body></html>
+"""
+    _atomic_write(path, page)

@@ -5,6 +5,9 @@ Prints, side by side in one run:
 * our ring collectives (ppermute in shard_map) against jax.lax's, as a time ratio, on 8 simulated devices;
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
+* with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
+  sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
+  overhead against the notebook's own execution time.
 """
 
 from __future__ import annotations
@@ -48,6 +51,45 @@ def grading_seconds(name: str) -> float:
         start = time.perf_counter()
         grade.grade(subs, name, Path(tmp) / "out")
         return time.perf_counter() - start
+
+
+def nbgrader_sequential_seconds(name: str, subs: Path, work: Path) -> float:
+    """nbgrader autograde, one student after another, as an instructor would run it."""
+    from autograder import nbgrader_course
+
+    api, _ = nbgrader_course.generate(work / "course", name, course.SOLUTIONS)
+    start = time.perf_counter()
+    for nb in sorted(subs.glob("*.ipynb")):
+        target = work / "course" / "submitted" / nb.stem / name
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(nb, target / f"{name}.ipynb")
+        if not api.autograde(name, nb.stem, force=True, create=True)["success"]:
+            raise RuntimeError(f"nbgrader could not grade {nb}")
+    return time.perf_counter() - start
+
+
+def grading_throughput(name: str = "01_rooflines", copies: int = 8, workers: int = 2) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore", module="nbgrader.api")
+    own = notebook_seconds(name)
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = Path(tmp) / "subs"
+        subs.mkdir()
+        for i in range(copies):
+            shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / f"student{i:02d}.ipynb")
+        start = time.perf_counter()
+        results = grade.grade(subs, name, Path(tmp) / "out", workers=workers, quiet=True)
+        ours = time.perf_counter() - start
+        assert all(r.score == r.max_score for r in results), [r.line() for r in results]
+        theirs = nbgrader_sequential_seconds(name, subs, Path(tmp) / "nbgrader")
+    per_nb = sum(r.seconds for r in results) / len(results)
+    print(f"grading {copies} copies of {name}'s solution; the notebook alone executes in {own:.1f} s")
+    print(f"{'grader':34s} {'wall (s)':>9s} {'notebooks/min':>14s}")
+    print(f"{'nbgrader autograde, sequential':34s} {theirs:9.1f} {60 * copies / theirs:14.1f}")
+    print(f"{f'autograder grade, {workers} workers':34s} {ours:9.1f} {60 * copies / ours:14.1f}")
+    print(f"speed-up: {theirs / ours:.2f}x;  per notebook (one worker's view): {per_nb:.1f} s, "
+          f"{per_nb - own:+.1f} s ({per_nb / own:.2f}x) over the notebook's own execution")
 
 
 def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float, float]]:
@@ -96,7 +138,13 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
+    parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
+    parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
+    parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
     args = parser.parse_args()
+    if args.grading:
+        grading_throughput(copies=args.copies, workers=args.workers)
+        return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")
     for name in course.chapter_names():

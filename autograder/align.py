@@ -1,0 +1,174 @@
+"""The instructor's chapter (from solutions/) and where a student's answers are in their notebook.
+
+Nothing here trusts a submission's metadata. An answer cell is recognised by what its code defines:
+the instructor's answer cell for exercise ``E`` defines some functions (``roofline_bounds``); the student's
+answer is the last code cell that defines one of them (cells still carrying nbgrader's ``E-answer``
+grade id are used when nothing defines the function, e.g. an untouched stub). The student's test cells,
+edited or not, are dropped: the instructor's own test cells always run. Student cells that are neither
+answers, tests nor copies of the instructor's demo cells ("helpers") run just before the next answer.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SOLUTION_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+_HIDDEN = "### BEGIN HIDDEN TESTS"
+_TEST_HEADER = re.compile(r"^\s*#\s*Test\s+(\S+)\s*\(", re.M)
+
+
+def source_of(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def defined_names(src: str) -> set[str]:
+    """Top-level functions and classes a cell defines (a regex when the cell does not parse)."""
+    try:
+        tree = ast.parse(_strip_magics(src))
+    except (SyntaxError, ValueError):
+        return set(re.findall(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", src, re.M))
+    return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def _strip_magics(src: str) -> str:
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in src.splitlines())
+
+
+def _norm(src: str) -> str:
+    return "\n".join(line.rstrip() for line in src.strip().splitlines())
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    points: float
+    names: tuple[str, ...]  # functions the answer cell defines
+    answer_source: str  # the instructor's solution, markers removed
+    test_source: str  # the full instructor test cell, hidden tests included
+    visible_test: str
+
+
+@dataclass
+class Chapter:
+    name: str
+    cells: list[tuple[str, str, str]]  # (kind, source, exercise id); kind: setup/context/answer/test
+    exercises: dict[str, Exercise]
+
+    @property
+    def max_score(self) -> float:
+        return sum(e.points for e in self.exercises.values())
+
+    @property
+    def answer_names(self) -> set[str]:
+        return {n for e in self.exercises.values() for n in e.names}
+
+
+def load_chapter(path: Path) -> Chapter:
+    nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    cells, answers, tests = [], {}, {}
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "code":
+            continue
+        src = source_of(cell)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if meta.get("solution") and gid.endswith("-answer"):
+            eid = gid[: -len("-answer")]
+            answers[eid] = _SOLUTION_MARK.sub("", src)
+            cells.append(("answer", answers[eid], eid))
+        elif meta.get("grade"):
+            tests[gid] = (src, float(meta.get("points", 0)))
+            cells.append(("test", src, gid))
+        elif gid == "setup" or "setup" in cell.get("metadata", {}).get("tags", []):
+            cells.append(("setup", src, ""))
+        else:
+            cells.append(("context", src, ""))
+    exercises = {}
+    for eid, (test_src, points) in tests.items():
+        answer = answers.get(eid, "")
+        exercises[eid] = Exercise(eid, points, tuple(sorted(defined_names(answer))), answer, test_src,
+                                  test_src.split(_HIDDEN)[0])
+    name = nb.get("metadata", {}).get("scalelib", {}).get("chapter") or Path(path).stem
+    return Chapter(name, cells, exercises)
+
+
+@dataclass
+class Plan:
+    """What of a student's notebook runs: per exercise, helper cells then the answer cell."""
+
+    answers: dict[str, str] = field(default_factory=dict)
+    helpers: dict[str, list[str]] = field(default_factory=dict)
+    not_found: list[str] = field(default_factory=list)
+    dropped_tests: int = 0
+
+
+def _is_test(src: str, gid: str, chapter: Chapter, meta: dict) -> bool:
+    if gid in chapter.exercises or meta.get("grade"):
+        return True
+    if _TEST_HEADER.search(src.split("\n", 3)[0] if src else ""):
+        return True
+    if "ex.check" not in src:
+        return False
+    norm = _norm(src)
+    for e in chapter.exercises.values():
+        sm = difflib.SequenceMatcher(None, norm, _norm(e.visible_test), autojunk=False)
+        if sm.real_quick_ratio() > 0.6 and sm.quick_ratio() > 0.6 and sm.ratio() > 0.6:
+            return True
+    return False
+
+
+def plan(student_cells: list[dict], chapter: Chapter) -> Plan:
+    owner = {n: eid for eid, e in chapter.exercises.items() for n in e.names}
+    demo = {_norm(src) for kind, src, _ in chapter.cells if kind in ("setup", "context")}
+    by_gid: dict[str, str] = {}
+    by_def: dict[str, tuple[int, str]] = {}
+    helpers_before: list[tuple[int, str]] = []
+    out = Plan()
+    for i, cell in enumerate(student_cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        src = source_of(cell)
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+        gid = str(nbg.get("grade_id", ""))
+        if not src.strip():
+            continue
+        if _is_test(src, gid, chapter, nbg):
+            out.dropped_tests += 1
+            continue
+        hits = {owner[n] for n in defined_names(src) if n in owner}
+        if hits:
+            for eid in hits:
+                by_def[eid] = (i, src)  # the last definition wins, as in the student's own run
+            continue
+        if gid.endswith("-answer") and gid[: -len("-answer")] in chapter.exercises:
+            by_gid[gid[: -len("-answer")]] = src
+            continue
+        norm = _norm(src)
+        if norm in demo or "devices.setup(" in src:
+            continue
+        if any(difflib.SequenceMatcher(None, norm, d, autojunk=False).ratio() > 0.9 for d in demo
+               if abs(len(d) - len(norm)) < 0.2 * max(len(d), 1)):
+            continue
+        helpers_before.append((i, src))
+    answer_pos = {}
+    for eid in chapter.exercises:
+        if eid in by_def:
+            answer_pos[eid], out.answers[eid] = by_def[eid]
+        elif eid in by_gid:
+            answer_pos[eid], out.answers[eid] = -1, by_gid[eid]
+        else:
+            out.not_found.append(eid)
+    # a helper runs before the first answer (in the student's order) that comes after it
+    ordered = sorted((pos, eid) for eid, pos in answer_pos.items() if pos >= 0)
+    for i, src in helpers_before:
+        after = [eid for pos, eid in ordered if pos > i]
+        if after:
+            out.helpers.setdefault(after[0], []).append(src)
+    return out

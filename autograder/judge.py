@@ -1,0 +1,392 @@
+"""Judging outside the student's kernel.
+
+The grader process holds a *trusted context*: the instructor's notebook executed once per grading run,
+in the grader's own interpreter, with the instructor's solutions, and a snapshot of its namespace
+taken just before every test cell. To judge exercise ``E`` for a student, the instructor's test cell
+(visible and hidden parts) is executed here, in a copy of that snapshot, with every function the
+students write replaced by a :class:`Remote`: calling it sends the arguments (pickled by the grader)
+to the student's kernel, which calls the student's function and answers with plain JSON (numbers,
+strings, lists, tuples, dicts, arrays as nested lists; anything else becomes an unreadable
+:class:`Opaque`). Expected values, ``ex.check_close`` and every comparison run here, with the real
+numpy, scalelib and builtins: nothing the kernel does to its own numpy, scalelib, builtins or
+assertion helpers changes a verdict, an object whose ``__eq__`` is always true never leaves the
+kernel, and the student's copy of a test cell is never run.
+
+``ex.forbid(...)`` inside a test cell is recorded, not applied here: each remote call made inside the
+``with`` block asks the kernel to disable those scalelib functions (by module and name) during the call.
+
+A test cell that passes the student's function something that cannot be sent (a traced JAX value, a
+lambda) cannot be judged this way; it then runs inside the student's kernel, as nbgrader would run it,
+and the result says so (``judged in kernel``).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import contextlib
+import io
+import json
+import math
+import pickle
+import threading
+import time
+import traceback
+import types
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from autograder.align import Chapter
+from autograder.kernel import KernelDied, KernelSession
+
+
+class NotPortable(Exception):
+    """An argument could not be sent to the kernel: judge this test cell inside the kernel."""
+
+
+class CallTimeout(Exception):
+    pass
+
+
+class StudentError(Exception):
+    """The student's function raised; the message is theirs (type name first)."""
+
+
+class Opaque:
+    """A value the kernel returned that is not plain data (never equal to anything but itself)."""
+
+    def __init__(self, kind: str, text: str = ""):
+        self.kind, self.text = kind, text[:200]
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}: {self.text}>" if self.text else f"<{self.kind}>"
+
+
+def decode(obj, depth: int = 0):
+    """Untrusted JSON -> plain Python values (exact types only)."""
+    if depth > 50:
+        return Opaque("too deeply nested value")
+    if obj is None or type(obj) in (bool, int, float, str):
+        return obj
+    if type(obj) is list:
+        return [decode(v, depth + 1) for v in obj]
+    if type(obj) is dict and len(obj) in (1, 2):
+        if "tuple" in obj and type(obj["tuple"]) is list:
+            return tuple(decode(v, depth + 1) for v in obj["tuple"])
+        if "dict" in obj and type(obj["dict"]) is list:
+            try:
+                return {decode(k, depth + 1): decode(v, depth + 1) for k, v in obj["dict"]}
+            except (TypeError, ValueError):
+                return Opaque("unreadable dict")
+        if "array" in obj:
+            dtype = {"b": np.bool_, "i": np.int64, "u": np.int64}.get(obj.get("kind"), np.float64)
+            try:
+                return np.array(obj["array"], dtype=dtype)
+            except (TypeError, ValueError, OverflowError):
+                return Opaque("unreadable array")
+        if "opaque" in obj:
+            return Opaque(str(obj.get("opaque"))[:80], str(obj.get("repr", "")))
+    return Opaque("malformed value")
+
+
+# Runs inside the student's kernel. Untrusted once the student's code has run: it can only ever
+# produce the student's own answers, which the grader then judges.
+KERNEL_HELPER = r'''
+def __grader_setup():
+    import base64, contextlib, importlib, io, json, pickle, sys, types
+    import numpy as np
+
+    def plain(v, depth=0):
+        t = type(v)
+        if depth > 40:
+            raise ValueError("too deep")
+        if v is None or t in (bool, int, str):
+            return v
+        if t is float:
+            return v
+        if t is tuple:
+            return {"tuple": [plain(x, depth + 1) for x in v]}
+        if t is list:
+            return [plain(x, depth + 1) for x in v]
+        if t is dict:
+            return {"dict": [[plain(k, depth + 1), plain(x, depth + 1)] for k, x in v.items()]}
+        if isinstance(v, np.generic) and t.__module__ == "numpy" and v.dtype.kind in "biuf":
+            return plain(v.item(), depth + 1)
+        if t is np.ndarray or (t.__module__.startswith("jax") and hasattr(v, "shape")):
+            a = np.asarray(v)
+            if a.dtype.kind in "biuf" and a.size <= 10**7:
+                return {"array": a.tolist(), "kind": a.dtype.kind}
+        try:
+            text = repr(v)[:200]
+        except BaseException:
+            text = ""
+        return {"opaque": t.__name__, "repr": text}
+
+    def resolve(module, qualname):
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = obj.__dict__[part] if isinstance(obj, type) else getattr(obj, part)
+        return obj
+
+    class Sink(io.TextIOBase):
+        def write(self, s):
+            return len(s)
+
+    def call(name, payload, forbidden):
+        try:
+            fn = get_ipython().user_ns[name]
+            args, kwargs = pickle.loads(base64.b64decode(payload))
+            from scalelib import exercise
+            with contextlib.redirect_stdout(Sink()), exercise.forbid(*[resolve(m, q) for m, q in forbidden]):
+                out = fn(*args, **kwargs)
+            return json.dumps({"ok": plain(out)})
+        except BaseException as err:
+            return json.dumps({"err": (type(err).__name__ + ": " + str(err))[:2000]})
+
+    def value(name):
+        try:
+            return json.dumps({"ok": plain(get_ipython().user_ns[name])})
+        except BaseException as err:
+            return json.dumps({"err": (type(err).__name__ + ": " + str(err))[:2000]})
+
+    return types.SimpleNamespace(call=call, value=value)
+
+__grader__ = __grader_setup()
+del __grader_setup
+'''
+
+
+class _Forbidden(threading.local):
+    def __init__(self):
+        self.stack: list[list[tuple[str, str]]] = []
+
+    def current(self) -> list[tuple[str, str]]:
+        return [pair for frame in self.stack for pair in frame]
+
+
+_FORBIDDEN = _Forbidden()
+
+
+@contextlib.contextmanager
+def recording_forbid(*functions):
+    """``ex.forbid`` in the trusted context: remember what to disable in the kernel, change nothing here."""
+    frame = []
+    for fn in functions:
+        fn = fn.fget if isinstance(fn, property) else fn
+        if not isinstance(fn, types.FunctionType):
+            raise TypeError(f"forbid() takes Python functions, got {fn!r}")
+        frame.append((fn.__module__, fn.__qualname__))
+    _FORBIDDEN.stack.append(frame)
+    try:
+        yield
+    finally:
+        _FORBIDDEN.stack.pop()
+
+
+class Remote:
+    """Stands for one of the student's functions in the trusted context."""
+
+    def __init__(self, judge: "Judge", name: str):
+        self._judge, self._name = judge, name
+        self.__name__ = name
+
+    def __call__(self, *args, **kwargs):
+        try:
+            payload = base64.b64encode(pickle.dumps((_portable(args), _portable(kwargs)))).decode()
+        except Exception as err:  # noqa: BLE001 - anything pickle cannot handle
+            raise NotPortable(f"{self._name}: {type(err).__name__}: {err}") from None
+        code = f"__grader_out__ = __grader__.call({self._name!r}, {payload!r}, {_FORBIDDEN.current()!r})"
+        return self._judge.ask(code)
+
+    def __repr__(self) -> str:
+        return f"<student function {self._name}>"
+
+
+def _portable(value):
+    """JAX arrays travel as numpy arrays; tracers and functions do not travel at all."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_portable(v) for v in value) if type(value) in (list, tuple) else value
+    if isinstance(value, dict) and type(value) is dict:
+        return {k: _portable(v) for k, v in value.items()}
+    module = type(value).__module__
+    if module.startswith("jax") and "Tracer" in type(value).__name__:
+        raise NotPortable("a traced value")
+    if module.startswith("jax") and hasattr(value, "shape") and hasattr(value, "dtype"):
+        return np.asarray(value)
+    if callable(value) and not isinstance(value, type):
+        raise NotPortable("a function")
+    return value
+
+
+class _IPythonStub:
+    """Enough of get_ipython() for the instructor's cells to run in the grader (magics are ignored)."""
+
+    def run_line_magic(self, *a, **k):
+        return None
+
+    def run_cell_magic(self, *a, **k):
+        return None
+
+    def system(self, *a, **k):
+        return None
+
+    getoutput = system
+
+
+def _python(src: str) -> str:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager().transform_cell(src)
+
+
+class TrustedContext:
+    """The instructor's notebook run once in the grader; a namespace snapshot before each test cell."""
+
+    def __init__(self, chapter: Chapter):
+        self.chapter = chapter
+        self.snapshots: dict[str, dict] = {}
+        self.problems: list[str] = []
+        self.seconds = 0.0
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def build(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._build()
+        except BaseException as err:  # noqa: BLE001 - reported to every judge
+            self.error = err
+        finally:
+            self.seconds = time.perf_counter() - start
+            self.ready.set()
+
+    def _build(self) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+
+        from scalelib import exercise
+
+        ns: dict = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _IPythonStub}
+        sink = io.StringIO()
+        for kind, src, eid in self.chapter.cells:
+            if kind == "test":
+                self.snapshots[eid] = dict(ns)
+            try:
+                with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+                    warnings.simplefilter("ignore")
+                    exec(compile(_python(src), f"<instructor {kind} {eid}>", "exec"), ns)  # noqa: S102 - instructor code
+            except Exception as err:  # noqa: BLE001
+                self.problems.append(f"{kind} cell {eid or ''}: {type(err).__name__}: {err}"[:300])
+            plt.close("all")
+            sink.seek(0)
+            sink.truncate()
+        self._exercise_module = exercise
+
+    def namespace_for(self, eid: str, judge: "Judge") -> dict:
+        ns = dict(self.snapshots[eid])
+        ex_copy = types.ModuleType("scalelib.exercise")
+        ex_copy.__dict__.update(self._exercise_module.__dict__)
+        ex_copy.forbid = recording_forbid
+        for key, value in list(ns.items()):
+            if value is self._exercise_module:
+                ns[key] = ex_copy
+            elif value is self._exercise_module.forbid:
+                ns[key] = recording_forbid
+        for name in self.chapter.answer_names:
+            ns[name] = Remote(judge, name)
+        ns["print"] = judge.print
+        return ns
+
+
+@dataclass
+class Verdict:
+    points: float
+    max_points: float
+    passed: bool
+    message: str = ""
+    output: str = ""
+    in_kernel: bool = False
+    seconds: float = 0.0
+
+
+class Judge:
+    """Judges one student's exercises against their live kernel session."""
+
+    def __init__(self, context: TrustedContext, session: KernelSession, call_timeout_s: float, deadline: float):
+        self.context, self.session = context, session
+        self.call_timeout_s, self.deadline = call_timeout_s, deadline
+        self._out: list[str] = []
+        self._out_bytes = 0
+
+    def print(self, *args, sep=" ", end="\n", **_):
+        text = sep.join(str(a) for a in args) + end
+        self._out_bytes += len(text)
+        if self._out_bytes < 20_000:
+            self._out.append(text)
+
+    def ask(self, code: str):
+        timeout = min(self.call_timeout_s, self.deadline - time.monotonic())
+        if timeout <= 0:
+            raise CallTimeout("the notebook's time limit was reached")
+        run = self.session.run(code, timeout=timeout, silent=True, user_expressions={"r": "__grader_out__"})
+        if run.timed_out:
+            raise CallTimeout(f"the call took longer than {timeout:.0f} s")
+        expr = run.expressions.get("r", {})
+        if expr.get("status") != "ok":
+            raise StudentError(run.error or "the kernel did not answer")
+        try:
+            reply = json.loads(ast.literal_eval(expr["data"]["text/plain"]))
+        except (ValueError, SyntaxError, KeyError, TypeError, RecursionError, MemoryError):
+            return Opaque("unreadable reply")
+        if type(reply) is not dict:
+            return Opaque("unreadable reply")
+        if "err" in reply:
+            raise StudentError(str(reply["err"]))
+        return decode(reply.get("ok"))
+
+    def judge(self, eid: str) -> Verdict:
+        ex_ = self.context.chapter.exercises[eid]
+        start = time.perf_counter()
+        self._out, self._out_bytes = [], 0
+        ns = self.context.namespace_for(eid, self)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(compile(_python(ex_.test_source), f"<test {eid}>", "exec"), ns)  # noqa: S102 - instructor code
+        except NotPortable:
+            return self._in_kernel(eid, start)
+        except KernelDied:
+            raise
+        except CallTimeout as err:
+            return Verdict(0.0, ex_.points, False, f"TimeoutError: {err}", "".join(self._out), seconds=time.perf_counter() - start)
+        except Exception as err:  # noqa: BLE001 - any failure is a failed test
+            name = "StudentError" if isinstance(err, StudentError) else type(err).__name__
+            msg = f"{name}: {err}" if not isinstance(err, StudentError) else f"your function raised {err}"
+            return Verdict(0.0, ex_.points, False, msg[:1500], "".join(self._out), seconds=time.perf_counter() - start)
+        return Verdict(ex_.points, ex_.points, True, "", "".join(self._out), seconds=time.perf_counter() - start)
+
+    def _in_kernel(self, eid: str, start: float) -> Verdict:
+        ex_ = self.context.chapter.exercises[eid]
+        timeout = min(self.call_timeout_s, self.deadline - time.monotonic())
+        if timeout <= 0:
+            return Verdict(0.0, ex_.points, False, "TimeoutError: the notebook's time limit was reached", in_kernel=True)
+        mark = len(self.session.output)
+        run = self.session.run(ex_.test_source, timeout=timeout)
+        out = "".join(self.session.output[mark:])[-5000:]
+        secs = time.perf_counter() - start
+        if run.ok:
+            return Verdict(ex_.points, ex_.points, True, "", out, in_kernel=True, seconds=secs)
+        msg = f"TimeoutError: over {timeout:.0f} s" if run.timed_out else run.error
+        return Verdict(0.0, ex_.points, False, msg, out, in_kernel=True, seconds=secs)
+
+
+def format_exception(err: BaseException) -> str:
+    return "".join(traceback.format_exception_only(type(err), err)).strip()
+
+
+__all__ = ["TrustedContext", "Judge", "Verdict", "KERNEL_HELPER", "Opaque", "decode", "math"]

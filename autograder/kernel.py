@@ -1,0 +1,201 @@
+"""One student's kernel: started in the sandbox with resource limits, driven cell by cell.
+
+Runs code with a time limit (interrupt, then kill), keeps at most ``max_output_bytes`` of text output
+(a cell that floods past the cap is interrupted), and talks over Unix sockets in the scratch folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+from jupyter_client.manager import KernelManager
+
+
+class KernelDied(RuntimeError):
+    pass
+
+
+class KernelTimedOut(KernelDied):
+    """The kernel ignored an interrupt after a time limit and was killed."""
+
+
+@dataclass
+class Limits:
+    cell_timeout_s: float = 600.0
+    notebook_timeout_s: float = 3600.0
+    memory_mb: int = 4096
+    max_output_bytes: int = 1_000_000
+    sandbox: bool = True  # False only if the OS has none (the grader warns)
+
+
+@dataclass
+class CellRun:
+    ok: bool
+    error: str = ""  # 'ename: evalue'
+    timed_out: bool = False
+    output_capped: bool = False
+    expressions: dict = field(default_factory=dict)
+
+
+class _SandboxedKernelManager(KernelManager):
+    def __init__(self, sandbox_cfg: dict, **kw):
+        super().__init__(**kw)
+        self._sandbox_cfg = sandbox_cfg
+
+    def format_kernel_cmd(self, extra_arguments=None):
+        cmd = super().format_kernel_cmd(extra_arguments)
+        return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
+
+
+def kernel_env(scratch: Path) -> dict[str, str]:
+    """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel."""
+    s = str(scratch)
+    return {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": s, "IPYTHONDIR": f"{s}/.ipython", "MPLCONFIGDIR": f"{s}/.mpl", "XDG_CACHE_HOME": f"{s}/.cache",
+        "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",
+        "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TMPDIR": "/tmp",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
+
+
+class KernelSession:
+    def __init__(self, scratch: Path, limits: Limits, log_path: Path):
+        self.scratch, self.limits = scratch, limits
+        self.output_bytes = 0
+        self.output: list[str] = []
+        scratch.mkdir(parents=True, exist_ok=True)
+        cfg = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64}
+        self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
+                                          connection_file=str(scratch / "kernel.json"))
+        self._log = open(log_path, "wb")
+        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log)
+        ctx = zmq.Context()
+        self._ctx = ctx
+        self.kc = self.km.client(context=ctx)
+        self.kc.start_channels()
+        try:
+            self.kc.wait_for_ready(timeout=120)
+        except RuntimeError as err:
+            self.close()
+            raise KernelDied(f"kernel did not start: {err}; {self.log_tail()}") from None
+
+    def log_tail(self) -> str:
+        try:
+            self._log.flush()
+            return Path(self._log.name).read_text(errors="replace")[-300:].strip()
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.km.is_alive()
+
+    def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None) -> CellRun:
+        if not self.alive():
+            raise KernelDied("the kernel died")
+        msg_id = self.kc.execute(code, silent=silent, store_history=False, allow_stdin=False,
+                                 user_expressions=user_expressions or {}, stop_on_error=False)
+        deadline = time.monotonic() + timeout
+        result = CellRun(ok=True)
+        interrupted_at = None
+        last_msg = 0.0
+        reply = None
+        idle = False
+        while not idle:
+            now = time.monotonic()
+            if now > deadline and interrupted_at is None and reply is None:
+                result.timed_out, result.ok = True, False
+                interrupted_at = now
+                self.km.interrupt_kernel()
+            # after an interrupt: 5 s to answer, counted from the last message still being drained, at most 60 s
+            if interrupted_at is not None and reply is None and (
+                    now - max(interrupted_at, last_msg) > 5 or now - interrupted_at > 60):
+                self.kill()
+                raise KernelTimedOut("over the time limit and did not stop when interrupted; killed")
+            if reply is None:  # the execute_reply on the shell channel says the cell is done
+                try:
+                    msg = self.kc.get_shell_msg(timeout=0)
+                    if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                        reply, reply_at = msg, time.monotonic()
+                except queue.Empty:
+                    pass
+            elif time.monotonic() - reply_at > 2:
+                break  # outputs lost (a message over the size cap is dropped): the reply is enough
+            try:
+                msg = self.kc.get_iopub_msg(timeout=0.05 if reply is None else 0.2)
+                last_msg = time.monotonic()
+            except queue.Empty:
+                if reply is None and not self.alive():
+                    raise KernelDied("the kernel died") from None
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "status" and content.get("execution_state") == "idle":
+                idle = True
+                if reply is not None:
+                    break
+                continue
+            text = ""
+            if kind == "stream":
+                text = str(content.get("text", ""))
+            elif kind in ("execute_result", "display_data"):
+                text = str(content.get("data", {}).get("text/plain", ""))
+            elif kind == "error":
+                result.ok = False
+                result.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:2000]
+                text = result.error + "\n"
+            if text:
+                self.output_bytes += len(text)
+                if self.output_bytes <= self.limits.max_output_bytes:
+                    self.output.append(text)
+                elif not result.output_capped:
+                    result.output_capped, result.ok = True, False
+                    result.error = result.error or f"OutputLimit: more than {self.limits.max_output_bytes} bytes of output"
+                    if interrupted_at is None and reply is None:
+                        interrupted_at = time.monotonic()
+                        self.km.interrupt_kernel()
+        while reply is None:  # idle came first: the reply follows
+            try:
+                msg = self.kc.get_shell_msg(timeout=5)
+            except queue.Empty:
+                if not self.alive():
+                    raise KernelDied("the kernel died") from None
+                self.kill()
+                raise KernelDied("no reply from the kernel") from None
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                reply = msg
+        content = reply["content"]
+        if content.get("status") != "ok":
+            result.ok = False
+            if not result.error:
+                result.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:2000]
+        result.expressions = content.get("user_expressions", {}) or {}
+        return result
+
+    def kill(self) -> None:
+        try:
+            self.km.shutdown_kernel(now=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    def close(self) -> None:
+        try:
+            self.kc.stop_channels()
+        except Exception:  # noqa: BLE001
+            pass
+        self.kill()
+        try:
+            self.km.cleanup_resources()
+        except Exception:  # noqa: BLE001
+            pass
+        self._log.close()
+        self._ctx.destroy(linger=0)

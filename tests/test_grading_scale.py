@@ -1,0 +1,365 @@
+"""Grading at class scale: course-site exports, Colab-mangled notebooks, hostile submissions, statuses.
+
+One grading run (two workers) of a zip holding every kind of submission is shared by most tests.
+Hostile submissions put a *wrong* answer in one exercise and then try to make it pass (or to read,
+write, hang, flood, hog or crash); each must earn nothing it does not deserve and change no one else.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import os
+import re
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import course, grade, sandbox, submissions
+
+pytestmark = pytest.mark.grading
+
+CH = "01_rooflines"
+FULL = 15.0
+SANDBOXED = sandbox.available() == ""
+
+
+def _solutions():
+    nb = nbformat.read(course.SOLUTIONS / f"{CH}.ipynb", as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", c.source, flags=re.M)
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+SOL = _solutions()
+
+
+def _nb(**answers):
+    """The student notebook, every exercise solved, except ``answers`` (exercise id -> cell source)."""
+    nb = nbformat.read(course.CHAPTERS / f"{CH}.ipynb", as_version=4)
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
+        if gid.endswith("-answer"):
+            eid = gid[: -len("-answer")]
+            c.source = answers.get(eid, SOL[gid])
+    return nb
+
+
+def _wrong(eid, old="/ 2", new="/ 3"):
+    src = SOL[f"{eid}-answer"]
+    assert old in src
+    return src.replace(old, new)
+
+
+MIXED, INT8, GPU, CRIT, PER = "ch01-ex1-2-mixed", "ch01-ex1-1-int8", "ch01-ex1-5-gpu", "ch01-critical-intensity", "ch01-ex1-4-per-example"
+
+
+def _colab_stripped():
+    """What Colab may hand back: no nbgrader metadata, no cell ids, no scalelib metadata, outputs kept."""
+    nb = json.loads(nbformat.writes(_nb()))
+    for c in nb["cells"]:
+        c.pop("id", None)
+        c["metadata"] = {}
+        if c["cell_type"] == "code":
+            c["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "stale output " * 10}]
+    nb["metadata"] = {"colab": {"provenance": []}}
+    nb["nbformat_minor"] = 4
+    return json.dumps(nb)
+
+
+TWO = "ch01-two-chip"
+
+
+def _hostile_patchers():
+    """Wrong answers plus every trick to make them pass, each on its own exercise: patched helpers,
+    builtins, numpy, math.isclose and scalelib; an object equal to anything; edited and deleted tests."""
+    nb = _nb(**{
+        CRIT: ALWAYS_EQUAL,
+        PER: "def per_example_intensity(B, D, F):\n    return 1.0\n",
+        TWO: _wrong(TWO, "2 * B * F / link", "B * F / link"),
+        # 1. patch the assertion helper (both the module attribute and the name tests use)
+        MIXED: _wrong(MIXED) + "\nimport scalelib.exercise as _e\n_e.check_close = lambda *a, **k: None\n"
+               "ex.check_close = _e.check_close\n_e.check_array_close = lambda *a, **k: None\n",
+        # 2. patch builtins, numpy and math.isclose
+        INT8: _wrong(INT8, "i_crit / 2", "i_crit / 3") + "\nimport builtins, math, numpy\nmath.isclose = lambda *a, **k: True\n"
+              "numpy.isclose = lambda *a, **k: numpy.True_\nnumpy.allclose = lambda *a, **k: True\n"
+              "builtins.abs = lambda x: 0\nbuiltins.AssertionError = type('Nope', (Exception,), {})\n",
+        # 3. patch scalelib so that its "expected" values equal the wrong answer
+        GPU: _wrong(GPU, "/ 2 /", "/ 4 /") + "\nfrom scalelib import roofline as _rl\n"
+             "_rl.matmul_critical_batch = lambda f, b, **k: f / b / 2\n"
+             "_rl.chip_matmul_critical_batch = lambda chip, *a, **k: chip.bf16_flops_per_s / chip.hbm_bytes_per_s / 2\n",
+    })
+    keep = []
+    for c in nb.cells:
+        gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
+        if gid == TWO:
+            c.source = f"# Test {TWO} (2 points)\nprint('visible checks passed')\n"  # edited to pass
+        if gid == PER:
+            continue  # deleted
+        keep.append(c)
+    nb.cells = keep
+    return nb
+
+
+ALWAYS_EQUAL = '''
+class Anything(float):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __lt__(self, other): return False
+    def __gt__(self, other): return False
+    def __le__(self, other): return True
+    def __ge__(self, other): return True
+    def __float__(self): return 1.0
+    def __abs__(self): return 0.0
+    def __sub__(self, other): return Anything(0.0)
+    __rsub__ = __sub__
+    def __hash__(self): return 0
+
+def critical_intensity_of(chip):
+    return Anything(1.0)
+'''
+
+
+def _reader(others: Path):
+    """Tries to read solutions, the gradebook/results and another student's file; right only if it could."""
+    paths = [str(course.SOLUTIONS / f"{CH}.ipynb"), str(course.ROOT / ".git" / "HEAD"), str(others)]
+    src = f'''
+import os, glob
+SEEN = []
+for p in {paths!r} + glob.glob("/tmp/**/results/*.json", recursive=True)[:3]:
+    try:
+        SEEN.append(open(p).read()[:100])
+    except OSError:
+        pass
+
+def mixed_critical_batch(bf16_flops_per_s, hbm_bytes_per_s):
+    return bf16_flops_per_s / hbm_bytes_per_s / (2 if SEEN else 3)
+'''
+    return src
+
+
+def _file_snoop(others: Path, targets: list[Path]):
+    """Reads (solutions, .git, results, another student's zip) on one exercise, writes on another."""
+    return _nb(**{MIXED: _reader(others), GPU: _writer(targets)})
+
+
+def _writer(targets: list[Path]):
+    src = f'''
+for p in {[str(t) for t in targets]!r}:
+    try:
+        with open(p, "w") as f:
+            f.write("student,chapter,score\\nwriter,{CH},999\\n")
+    except OSError:
+        pass
+''' + _wrong(GPU, "/ 2 /", "/ 4 /")
+    return src
+
+
+HANG = _nb(**{
+    MIXED: "while True:\n    pass\n",  # answer cell never ends: interrupted
+    GPU: "import time\ndef gpu_critical_batch(a, b):\n    time.sleep(3600)\n",  # hidden-test calls hang
+})
+IGNORE_SIGINT = _nb(**{MIXED: "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)\n"})
+FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 100_000 + '\\n')\n" + _wrong(MIXED)})
+HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[f"{MIXED}-answer"],
+             GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
+CRASH = _nb(**{GPU: "import os\nos._exit(3)\n"})
+
+ROSTER = """student,name,id,email
+alice,Alice Adams,1001,aa@uni.edu
+colab,Carl Colab,1002,cc@uni.edu
+carol,Carol Cole,1003,carol@uni.edu
+patcher,Pat Cher,1004,p@uni.edu
+snoop,Rea Der,1006,r@uni.edu
+hang,Han Ging,1008,h@uni.edu
+nosig,No Sig,1009,n@uni.edu
+flood,Flo Od,1010,f@uni.edu
+hog,Ho Gg,1011,hog@uni.edu
+crash,Cra Sh,1012,cr@uni.edu
+dave,Dave Invalid,1013,d@uni.edu
+erin,Erin Wrong,1014,e@uni.edu
+frank,Frank Partial,1015,fr@uni.edu
+gina,Gina Missing,1016,g@uni.edu
+"""
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("scale")
+    out = tmp / "out"
+    (out / "results").mkdir(parents=True)
+    canary = out / "results" / "zz-canary.json"  # a gradebook record the writer tries to overwrite
+    canary.write_text('{"student": "canary"}')
+    outside = tmp / "pwned.txt"
+    files: dict[str, tuple[str, float]] = {}  # name in zip -> (content, mtime)
+    t0 = time.mktime((2025, 3, 1, 12, 0, 0, 0, 0, -1))
+    w = lambda nb: nbformat.writes(nb)  # noqa: E731
+    files["adams_1001_5001_01_rooflines.ipynb"] = (w(_nb(**{MIXED: _wrong(MIXED)})), t0)  # superseded below
+    files["adams_1001_5002_01_rooflines-1.ipynb"] = (w(_nb()), t0 + 3600)  # resubmission, later: wins
+    files["cc/Copy of Untitled (1).ipynb"] = (_colab_stripped(), t0)
+    files["cole_1003_5003_rooflines.ipynb"] = (w(_nb(**{MIXED: _wrong(MIXED)})), t0)
+    files["cher_1004_5004_01_rooflines.ipynb"] = (w(_hostile_patchers()), t0)
+    files["der_1006_5006_01_rooflines.ipynb"] = (w(_file_snoop(tmp / "subs.zip", [canary, outside, out / "grades.csv",
+                                                                course.SOLUTIONS / "pwned.ipynb"])), t0)
+    files["ging_1008_5008_01_rooflines.ipynb"] = (w(HANG), t0)
+    files["sig_1009_5009_01_rooflines.ipynb"] = (w(IGNORE_SIGINT), t0)
+    files["od_1010_5010_01_rooflines.ipynb"] = (w(FLOOD), t0)
+    files["gg_1011_5011_01_rooflines.ipynb"] = (w(HOG), t0)
+    files["sh_1012_5012_01_rooflines.ipynb"] = (w(CRASH), t0)
+    files["invalid_1013_5013_01_rooflines.ipynb"] = ("{ this is not json", t0)
+    ch2 = nbformat.read(course.CHAPTERS / "02_tpus.ipynb", as_version=4)
+    files["wrong_1014_5014_01_rooflines.ipynb"] = (w(ch2), t0)  # named for ch 1, but is chapter 2
+    partial = _nb()
+    partial.cells = [c for c in partial.cells if c.metadata.get("nbgrader", {}).get("grade_id") != f"{MIXED}-answer"]
+    files["partial_1015_5015_01_rooflines.ipynb"] = (w(partial), t0)
+    files["numpy.py"] = ("raise SystemExit('shadowed numpy')\n", t0)
+    files["stranger_9999_9999_01_rooflines.ipynb"] = (w(_nb()), t0)  # on no roster
+    archive = tmp / "subs.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name, (text, mtime) in files.items():
+            info = zipfile.ZipInfo(name, date_time=time.localtime(mtime)[:6])
+            zf.writestr(info, text)
+    roster = tmp / "roster.csv"
+    roster.write_text(ROSTER)
+    start = time.perf_counter()
+    results = grade.grade(archive, CH, out, roster=roster, workers=2, cell_timeout_s=10, notebook_timeout_s=120,
+                          memory_mb=6144, max_output_bytes=200_000)
+    seconds = time.perf_counter() - start
+    rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    yield {r.student: r for r in results}, rows, out, tmp, archive, roster, seconds, canary, outside
+    (course.SOLUTIONS / "pwned.ipynb").unlink(missing_ok=True)  # only if the sandbox failed
+
+
+def test_course_site_names_roster_and_latest_submission(run):
+    res, rows, out, *_ = run
+    assert res["alice"].file == "adams_1001_5002_01_rooflines-1.ipynb"  # the later resubmission
+    assert res["alice"].status == "graded" and res["alice"].score == FULL
+    assert res["colab"].file == "cc/Copy of Untitled (1).ipynb"  # matched by folder (roster email), chapter by content
+    assert res["carol"].file == "cole_1003_5003_rooflines.ipynb"
+    manifest = list(csv.DictReader((out / "submissions.csv").open()))
+    uses = {m["file"]: (m["use"], m["student"]) for m in manifest}
+    assert uses["adams_1001_5001_01_rooflines.ipynb"] == ("superseded", "alice")
+    assert uses["numpy.py"][0] == "unmatched"
+    assert uses["stranger_9999_9999_01_rooflines.ipynb"][0] == "unmatched"
+    assert "stranger" not in res
+
+
+def test_every_status(run):
+    res, rows, *_ = run
+    assert res["dave"].status == "invalid notebook"
+    assert res["erin"].status == "wrong chapter" and "02_tpus" in res["erin"].detail
+    assert res["gina"].status == "missing" and rows["gina"]["score"] == "0"
+    frank = res["frank"]
+    assert frank.status == "partially graded" and MIXED in frank.detail
+    assert frank.score == FULL - 2 and frank.exercises[MIXED] == 0
+    assert res["crash"].status == "crashed" and res["crash"].exercises[GPU] == 0
+    assert res["crash"].score == sum(v for k, v in res["alice"].exercises.items()
+                                     if list(res["alice"].exercises).index(k) < list(res["alice"].exercises).index(GPU))
+    assert res["nosig"].status == "timed out"
+    assert set(grade.STATUSES) <= {r.status for r in res.values()}
+
+
+def test_colab_stripped_notebook_is_graded_in_full(run):
+    res, *_ = run
+    assert res["colab"].status == "graded" and res["colab"].score == FULL
+
+
+def test_one_wrong_answer_loses_exactly_its_points(run):
+    res, rows, out, *_ = run
+    assert res["carol"].score == FULL - 2 and res["carol"].exercises[MIXED] == 0
+    page = (out / "feedback" / "carol.html").read_text()
+    assert MIXED in page and "ExerciseError" in page and "Carol" not in page.replace("carol", "")
+
+
+def test_patching_helpers_builtins_numpy_scalelib_gains_nothing(run):
+    res, *_ = run
+    p = res["patcher"]
+    assert p.exercises[MIXED] == 0  # ex.check_close patched
+    assert p.exercises[INT8] == 0  # builtins, numpy, math.isclose patched
+    assert p.exercises[GPU] == 0  # scalelib patched
+
+
+def test_always_equal_objects_and_edited_or_deleted_tests_gain_nothing(run):
+    res, *_ = run
+    t = res["patcher"]
+    assert t.exercises[CRIT] == 0  # returns an object equal to anything
+    assert t.exercises[PER] == 0  # wrong, and its test cell deleted
+    assert t.exercises[TWO] == 0  # wrong, and its test cell edited to pass
+    assert t.score == FULL - 2 - 2 - 1 - 1 - 1 - 2  # every honest answer still counts
+    assert t.status == "graded"  # deleted or edited tests are not a problem: the instructor's ran
+
+
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+def test_cannot_read_solutions_gradebook_or_other_submissions(run):
+    res, *_ = run
+    assert res["snoop"].exercises[MIXED] == 0
+
+
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+def test_cannot_write_outside_scratch(run):
+    res, rows, out, tmp, archive, roster, seconds, canary, outside = run
+    assert not outside.exists() and not (course.SOLUTIONS / "pwned.ipynb").exists()
+    assert json.loads(canary.read_text())["student"] == "canary"
+    assert rows["alice"]["score"] == "15" and "999" not in (out / "grades.csv").read_text()
+    assert res["snoop"].score == FULL - 2 - 1
+
+
+def test_hanging_code_is_interrupted_and_others_still_graded(run):
+    res, *_ = run
+    h = res["hang"]
+    assert h.status == "partially graded" and "timed out" in h.detail
+    assert h.exercises[MIXED] == 0 and h.exercises[GPU] == 0
+    assert "Timeout" in h.messages[GPU]
+    assert h.score == FULL - 2 - 1  # later exercises still graded after the interrupt
+    assert res["nosig"].exercises[MIXED] == 0
+
+
+def test_huge_output_is_capped(run):
+    res, rows, out, *_ = run
+    f = res["flood"]
+    assert f.exercises[MIXED] == 0 and "bytes" in f.detail
+    assert (out / "results" / "flood.json").stat().st_size < 100_000
+    assert (out / "feedback" / "flood.html").stat().st_size < 100_000
+
+
+def test_memory_hog_fails_alone(run):
+    res, *_ = run
+    h = res["hog"]
+    assert h.exercises[MIXED] == 0 and h.exercises[GPU] == 0
+    assert h.score == FULL - 2 - 1 and "MemoryError" in h.messages[GPU]
+
+
+def test_hostile_submissions_do_not_change_honest_ones(run):
+    res, *_ = run
+    for s in ("alice", "colab"):
+        assert res[s].score == FULL, (s, res[s].messages)
+
+
+def test_feedback_shows_only_that_student(run):
+    res, rows, out, *_ = run
+    pages = {p.stem: p.read_text() for p in (out / "feedback").glob("*.html")}
+    assert set(res) <= set(pages)
+    for student, page in pages.items():
+        assert f"{CH}: {student}<" in page
+        assert not [s for s in res if s != student and (f"{CH}: {s}<" in page or (res[s].file and res[s].file in page))], student
+
+
+def test_resumable_rerun_skips_graded_students(run):
+    res, rows, out, tmp, archive, roster, seconds, *_ = run
+    before = (out / "results" / "alice.json").read_text()
+    start = time.perf_counter()
+    again = {r.student: r for r in grade.grade(archive, CH, out, roster=roster, workers=2, quiet=True)}
+    assert time.perf_counter() - start < 15  # nothing re-executed
+    assert {s: (r.status, r.score) for s, r in again.items()} == {s: (r.status, r.score) for s, r in res.items()}
+    assert (out / "results" / "alice.json").read_text() == before
+
+
+def test_name_parsing():
+    chapters = course.chapter_names()
+    assert submissions.parse_name(Path("smith_123_456_Copy of 01_rooflines (2).ipynb"), chapters)[0::2] == ("smith", 2)
+    student, keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
+    assert (student, resub, chapter) == ("bob", 3, CH)
+    assert submissions.parse_name(Path("alice.ipynb"), chapters)[0] == "alice"
