@@ -3,6 +3,7 @@
 Prints, side by side in one run:
 * per chapter: the solution notebook's execution time and the grading time of one notebook;
 * our ring collectives (ppermute in shard_map) against jax.lax's, as a time ratio, on 8 simulated devices;
+* each training scheme's step time against the single-device step (small model);
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
@@ -135,6 +136,57 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
     return rows
 
 
+def scheme_step_rows(batch: int = 16, seq_len: int = 64) -> list[tuple[str, str, float, float]]:
+    """(scheme, mesh, step seconds, single-device step seconds) for the small model on 8 simulated devices."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from scalelib import model, train
+    from scalelib.parallel import data, expert, fsdp, fsdp_tp, multislice, pipeline, sequence, tensor
+
+    hp = train.Adam()
+    rows = []
+
+    def timed(name, mesh_desc, cfg, step, state, tokens):
+        ref = jax.jit(train.make_step(cfg, hp))
+        s0, t0 = train.init_state(jax.random.key(0), cfg), train.batch(jax.random.key(1), cfg, batch, seq_len)
+        t_ref = machine.best_time_s(lambda: ref(s0, t0)[1], repeats=5)
+        t_ours = machine.best_time_s(lambda: step(state, tokens)[1], repeats=5)
+        rows.append((name, mesh_desc, t_ours, t_ref))
+
+    cfg = model.small_config()
+    state, tokens = train.init_state(jax.random.key(0), cfg), train.batch(jax.random.key(1), cfg, batch, seq_len)
+    for name, mod, shape, names, kw in [
+        ("data", data, (8,), ("data",), {}),
+        ("zero-1", fsdp, (8,), ("data",), {"stage": 1}),
+        ("fsdp (zero-3)", fsdp, (8,), ("data",), {"stage": 3}),
+        ("multislice", multislice, (2, 4), multislice.AXES, {}),
+    ]:
+        mesh = compat.make_mesh(shape, names)
+        s, t = mod.shard_inputs(state, tokens, mesh, **kw)
+        timed(name, "x".join(map(str, shape)), cfg, jax.jit(mod.make_step(cfg, mesh, hp, **kw)), s, t)
+    tp_cfg = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)
+    mesh = compat.make_mesh((2, 4), ("data", "model"))
+    s, t = tensor.shard_inputs(train.init_state(jax.random.key(0), tp_cfg), train.batch(jax.random.key(1), tp_cfg, batch, seq_len), mesh)
+    timed("tensor", "2x4", tp_cfg, jax.jit(tensor.make_step(tp_cfg, mesh, hp)), s, t)
+    s, t = fsdp_tp.shard_inputs(train.init_state(jax.random.key(0), tp_cfg), train.batch(jax.random.key(1), tp_cfg, batch, seq_len), mesh)
+    timed("fsdp x tensor", "2x4", tp_cfg, jax.jit(fsdp_tp.make_step(tp_cfg, mesh, hp)), s, t)
+    pp_cfg = model.small_config(n_layers=4)
+    mesh = compat.make_mesh((4,), ("stage",), devices=jax.devices()[:4])
+    timed("pipeline 1f1b", "4", pp_cfg, jax.jit(pipeline.make_step(pp_cfg, mesh, 4, "1f1b", hp)),
+          pipeline.shard_state(train.init_state(jax.random.key(0), pp_cfg), mesh),
+          train.batch(jax.random.key(1), pp_cfg, batch, seq_len))
+    moe_cfg = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32)
+    mesh = compat.make_mesh((8,), ("expert",))
+    timed("expert", "8", moe_cfg, jax.jit(expert.make_step(moe_cfg, mesh, 4.0, hp)),
+          expert.shard_state(train.init_state(jax.random.key(0), moe_cfg), mesh),
+          jax.device_put(train.batch(jax.random.key(1), moe_cfg, batch, seq_len), NamedSharding(mesh, P("expert"))))
+    mesh = compat.make_mesh((8,), ("seq",))
+    timed("sequence (ring)", "8", cfg, jax.jit(sequence.make_step(cfg, mesh, "ring", hp)), sequence.shard_state(state, mesh),
+          jax.device_put(tokens, NamedSharding(mesh, P())))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
@@ -159,6 +211,10 @@ def main() -> int:
     naive = {t: (sec, mem) for t, name, sec, mem in rows if name == "naive"}
     for t, name, sec, mem in rows:
         print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t][0]:9.2f} {mem / 2**20:9.1f}", flush=True)
+    print(f"\ntraining step of the small model, batch 16 x 64 tokens, 8 simulated devices (best of 5)")
+    print(f"{'scheme':16s} {'mesh':>5s} {'step (ms)':>10s} {'1 device (ms)':>14s} {'ratio':>6s}")
+    for name, mesh_desc, ours, ref in scheme_step_rows():
+        print(f"{name:16s} {mesh_desc:>5s} {ours * 1e3:10.2f} {ref * 1e3:14.2f} {ours / ref:6.2f}", flush=True)
     if args.suite:
         start = time.perf_counter()
         rc_ = subprocess.run([sys.executable, str(ROOT / "course.py"), "test", "-q"], cwd=ROOT).returncode
