@@ -132,6 +132,10 @@ def _enter(cfg: dict, new_root: str) -> None:
     _unshare(CLONE_NEWNS)  # our own mount namespace: the launcher keeps the real root (to clean up)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+    # A private /tmp first, so that read-only paths under /tmp (an environment or a checkout there)
+    # are bound on top of it rather than hidden by it.
+    os.makedirs(new_root + "/tmp", exist_ok=True)
+    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     for p in cfg.get("read_only") or read_only_paths():
         _bind(p, new_root, writable=False)
     _bind("/dev", new_root, writable=False)  # null, zero, urandom; binding keeps nodev as it is
@@ -139,8 +143,6 @@ def _enter(cfg: dict, new_root: str) -> None:
         _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     os.makedirs(new_root + "/proc", exist_ok=True)
     _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    os.makedirs(new_root + "/tmp", exist_ok=True)
-    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     _bind(scratch, new_root, writable=True)  # last: it may lie under /tmp
     os.makedirs(new_root + "/.old", exist_ok=True)
     _check(_libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), (new_root + "/.old").encode()), "pivot_root")
