@@ -77,12 +77,13 @@ def check_collectives(ops, predicted, exact_counts=False):
         assert (got[key] == want[key]) if exact_counts else (1 <= got[key] <= want[key]), (key, got[key], want[key])
 
 
-def temp_bound_bytes(cfg, tokens_per_device_batch, pred):
+def temp_bound_bytes(cfg, tokens_per_device_batch, pred=None, seq_len=SEQ):
     """Generous documented bound on XLA's temp buffers: full weights (gathered) + full gradients +
-    every saved activation without remat (float32) + logits and log-probabilities."""
-    full = data.predicted_memory_bytes(cfg, {"d": 1}, 1, SEQ, axes="d")
-    acts = activation_memory(cfg, tokens_per_device_batch, SEQ, "none", dtype_bytes=4).saved_bytes
-    return full.params_bytes + full.grads_bytes + acts + 2 * tokens_per_device_batch * SEQ * cfg.vocab_size * 4
+    every saved activation without remat (float32) + logits and log-probabilities, for
+    ``tokens_per_device_batch`` sequences of ``seq_len`` tokens. (``pred`` is unused.)"""
+    full = data.predicted_memory_bytes(cfg, {"d": 1}, 1, seq_len, axes="d")
+    acts = activation_memory(cfg, tokens_per_device_batch, seq_len, "none", dtype_bytes=4).saved_bytes
+    return full.params_bytes + full.grads_bytes + acts + 2 * tokens_per_device_batch * seq_len * cfg.vocab_size * 4
 
 
 def check_memory(compiled, pred, cfg, local_batch):

@@ -16,6 +16,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, hlo, model, train
+from tests.test_parallel_data import temp_bound_bytes
 from scalelib.parallel import expert as ep
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -110,3 +111,16 @@ def test_compiled_collectives_match_prediction(compiled_step):
     for c in ep.predicted_collectives(CFG, 4, 4, 8, NO_DROP):
         want[(c.kind, c.axes, c.bytes_per_device)] += c.count
     assert seen == want
+
+
+def test_memory_matches_prediction(compiled_step):
+    # Temp bytes get the loose bound of tests/test_parallel_data.py: full weights + full grads + every
+    # activation of the device's B / X sequences without remat + logits and log-probabilities.
+    compiled, _, _, state, _, _ = compiled_step
+    pred = ep.predicted_memory_bytes(CFG, 4, 4, 8)
+    m = compiled.memory_analysis()
+    assert m.argument_size_in_bytes == pred.argument_bytes
+    assert m.temp_size_in_bytes <= temp_bound_bytes(CFG, 1, seq_len=8)
+    n_expert = sum(model.param_count(state.params["layers"][k]) for k in ep.EXPERT_WEIGHTS)
+    assert pred.params_bytes == 4 * (model.param_count(state.params) - n_expert + n_expert // 4)
+    assert pred.batch_bytes == 1 * 9 * 4  # one [T+1] int32 row per device

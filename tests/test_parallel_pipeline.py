@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, hlo, model, train
+from tests.test_parallel_data import temp_bound_bytes
 from scalelib.parallel import pipeline as pp
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -132,3 +133,20 @@ def test_compiled_collectives_match_prediction(gpipe_compiled):
     reduces = [o for o in ops if o.kind == "all_reduce"]
     assert [(o.axes, o.result_bytes) for o in reduces] == [(("stage",), reduce.bytes_per_device)]
     assert len(ops) == 3
+
+
+def test_memory_matches_prediction(gpipe_compiled):
+    # The fixture compiles loss-and-grads (params + tokens are its arguments); one full step adds the
+    # Adam moments and the int32 counter. Temp bytes get the loose bound of tests/test_parallel_data.py:
+    # full weights + full grads + every activation of the whole (replicated) batch without remat + logits.
+    compiled, params, ref_params, tokens, mesh = gpipe_compiled
+    pred = pp.predicted_memory_bytes(CFG, 4, 4, 8)
+    m = compiled.memory_analysis()
+    assert m.argument_size_in_bytes == pred.params_bytes + pred.batch_bytes
+    assert m.temp_size_in_bytes <= temp_bound_bytes(CFG, 4, seq_len=8)
+    state = pp.shard_state(train.init_state(jax.random.key(0), CFG), mesh)
+    step = jax.jit(pp.make_step(CFG, mesh, 2, "gpipe", HP)).lower(state, tokens).compile()
+    assert step.memory_analysis().argument_size_in_bytes == pred.argument_bytes
+    assert step.memory_analysis().temp_size_in_bytes <= temp_bound_bytes(CFG, 4, seq_len=8)
+    n_layer = model.param_count(ref_params["layers"])
+    assert pred.params_bytes == 4 * (model.param_count(ref_params) - n_layer + n_layer // 4)

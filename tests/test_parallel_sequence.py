@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, hlo, model, train
+from tests.test_parallel_data import temp_bound_bytes
 from scalelib.kernels import reference_attention
 from scalelib.parallel import sequence as sp
 
@@ -110,3 +111,21 @@ def test_errors():
     with pytest.raises(ValueError, match="'all_gather' or 'ring'"):
         z = jnp.zeros((1, 4, 2, 4))
         sp.attention(z, z, z, mesh_of(2), "zigzag")
+
+
+def test_memory_matches_prediction(compiled_grads):
+    # The fixture compiles loss-and-grads (params + replicated tokens are its arguments); one full ring
+    # step adds the Adam moments and the int32 counter. Temp bytes get the loose bound of
+    # tests/test_parallel_data.py for the whole batch: full weights + full grads + every activation
+    # without remat + logits and log-probabilities.
+    method, compiled, params, tokens, mesh = compiled_grads
+    pred = sp.predicted_memory_bytes(MOE, 4, 2, 16)
+    m = compiled.memory_analysis()
+    assert m.argument_size_in_bytes == pred.params_bytes + pred.batch_bytes
+    assert m.temp_size_in_bytes <= temp_bound_bytes(MOE, 2, seq_len=16)
+    assert pred.params_bytes == 4 * model.param_count(params) and pred.batch_bytes == 2 * 17 * 4
+    if method == "ring":  # one full step is enough to check the optimizer's share
+        state = sp.shard_state(train.init_state(jax.random.key(0), MOE), mesh)
+        step = jax.jit(sp.make_step(MOE, mesh, method, HP)).lower(state, tokens).compile()
+        assert step.memory_analysis().argument_size_in_bytes == pred.argument_bytes
+        assert step.memory_analysis().temp_size_in_bytes <= temp_bound_bytes(MOE, 2, seq_len=16)

@@ -194,6 +194,18 @@ def predicted_memory_bytes(cfg: TransformerConfig, mesh_shape: Mapping[str, int]
                             batch // n * (seq_len + 1) * 4)
 
 
+def memory_from_counts(params_per_device: int, token_rows_per_device: int, seq_len: int, *,
+                       dtype_bytes: int = 4) -> MemoryPrediction:
+    """A ``MemoryPrediction`` from the parameter elements one device holds and its rows of tokens.
+
+    Gradients and both Adam moments are sharded exactly like the parameters; the step counter is
+    one int32 on every device; each token row is [T+1] int32.
+    """
+    mem = training_state_memory(params_per_device, param_bytes=dtype_bytes, adam_moment_bytes=dtype_bytes)
+    return MemoryPrediction(int(mem.params_bytes), int(mem.grads_bytes), int(mem.optimizer_bytes) + 4,
+                            token_rows_per_device * (seq_len + 1) * 4)
+
+
 def sum_by_kind(collectives: Sequence) -> dict[tuple[str, tuple[str, ...] | None], int]:
     """Total bytes per (kind, axes): works for predictions and for ``hlo.collective_ops`` alike."""
     out: dict = {}

@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, model, train
 from scalelib.kernels.flash_attention import reference_attention
-from scalelib.parallel.data import Collective
+from scalelib.parallel.data import Collective, MemoryPrediction, memory_from_counts, param_shapes
 from scalelib.transformer import TransformerConfig
 
 AXIS = "expert"
@@ -192,3 +192,19 @@ def predicted_collectives(cfg: TransformerConfig, n_devices: int, batch: int, se
     return (Collective("all_to_all", (AXIS,), buf, 2 * L, phase="forward"),
             Collective("all_to_all", (AXIS,), buf, 2 * L, phase="backward"),
             Collective("all_reduce", (AXIS,), (params - expert_params + 1) * bytes_per_elem, 1, phase="backward"))
+
+
+def predicted_memory_bytes(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int,
+                           dtype_bytes: int = 4) -> MemoryPrediction:
+    """Per-device bytes as ``shard_state`` and ``make_step`` lay them out.
+
+    The expert weights [L, E, ...] keep E / X experts on each device; every other weight (attention,
+    router, shared experts, embeddings, norms) is replicated. Adam's moments follow the params,
+    the int32 step counter is replicated, and each device receives B / X rows of tokens [T+1].
+    """
+    _check(cfg, n_devices, batch)
+    shapes = param_shapes(cfg)
+    per_device = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    per_device -= sum(math.prod(shapes["layers"][k].shape) * (n_devices - 1) // n_devices
+                      for k in EXPERT_WEIGHTS if k in shapes["layers"])
+    return memory_from_counts(per_device, batch // n_devices, seq_len, dtype_bytes=dtype_bytes)

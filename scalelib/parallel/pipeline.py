@@ -17,6 +17,7 @@ S for 1F1B). Idle ticks are the bubble: (S - 1) / (M + S - 1) of each stage's ti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
@@ -27,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, model, train
 from scalelib.kernels.flash_attention import reference_attention
-from scalelib.parallel.data import Collective
+from scalelib.parallel.data import Collective, MemoryPrediction, memory_from_counts, param_shapes
 from scalelib.transformer import TransformerConfig
 
 Kind = Literal["gpipe", "1f1b"]
@@ -263,3 +264,19 @@ def predicted_collectives(cfg: TransformerConfig, n_stages: int, batch: int, seq
     return (Collective("collective_permute", (AXIS,), act_bytes, ticks, phase="forward"),
             Collective("collective_permute", (AXIS,), act_bytes, ticks, phase="backward"),
             Collective("all_reduce", (AXIS,), (shared + 1) * bytes_per_elem, 1, phase="backward"))
+
+
+def predicted_memory_bytes(cfg: TransformerConfig, n_stages: int, batch: int, seq_len: int,
+                           dtype_bytes: int = 4) -> MemoryPrediction:
+    """Per-device bytes as ``shard_state`` and ``make_step`` lay them out.
+
+    The stacked per-layer arrays [L, ...] hold L / S layers on each stage; the embedding, final
+    norm and unembedding are replicated on every stage, and so are the tokens [B, T+1] (every
+    stage reads them: the first for its inputs, the last for its targets). Adam's moments follow
+    the params; the int32 step counter is replicated.
+    """
+    _check(cfg, n_stages, batch, 1)
+    shapes = param_shapes(cfg)
+    per_device = sum(math.prod(x.shape) // (n_stages if k == "layers" else 1)
+                     for k, v in shapes.items() for x in jax.tree.leaves(v))
+    return memory_from_counts(per_device, batch, seq_len, dtype_bytes=dtype_bytes)

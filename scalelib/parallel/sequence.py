@@ -18,6 +18,7 @@ A training step adds one ``psum`` (all-reduce) of all gradients, as in data para
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import jax
@@ -27,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, model, train
 from scalelib.kernels.flash_attention import finalize_softmax_state, init_softmax_state, online_softmax_update
-from scalelib.parallel.data import Collective
+from scalelib.parallel.data import Collective, MemoryPrediction, memory_from_counts, param_shapes
 from scalelib.transformer import TransformerConfig
 
 AXIS = "seq"
@@ -167,3 +168,17 @@ def predicted_collectives(cfg: TransformerConfig, n_devices: int, batch: int, se
     hops = 2 * (n_devices - 1) * L  # K and V, X - 1 hops, every layer
     return (Collective("collective_permute", (AXIS,), block, hops, phase="forward"),
             Collective("collective_permute", (AXIS,), block, hops, phase="backward"), reduce)
+
+
+def predicted_memory_bytes(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int,
+                           dtype_bytes: int = 4) -> MemoryPrediction:
+    """Per-device bytes as ``shard_state`` and ``make_step`` lay them out.
+
+    Only activations are split over the sequence: every weight, Adam moment and the int32 step
+    counter is replicated. The tokens [B, T+1] also arrive replicated (the step slices inputs and
+    targets and splits them itself), so each device holds all B (T+1) of them.
+    """
+    if seq_len % n_devices:
+        raise ValueError(f"sequence length {seq_len} must be a multiple of the '{AXIS}' axis size {n_devices}")
+    per_device = sum(math.prod(x.shape) for x in jax.tree.leaves(param_shapes(cfg)))
+    return memory_from_counts(per_device, batch, seq_len, dtype_bytes=dtype_bytes)
