@@ -87,3 +87,30 @@ def test_plot_scheme_times_returns_fig_and_axes():
     fig, ax = planner.plot_scheme_times(L70, V5P, Slice(V5P, (4, 4, 4)), [100, 1000, 10_000])
     assert len(ax.get_lines()) == 5 and ax.get_xscale() == "log"
     plt.close(fig)
+
+
+def test_single_pod_schemes_in_a_multislice_plan_run_the_whole_batch_on_one_pod(pod_plan):
+    # With 4 slices, every scheme but "multislice" is one pod running the whole global batch: the same
+    # split, tokens per chip and step time as the one-pod plan (it was split for a quarter of the batch
+    # and priced for all of it, which made FSDP x TP look 8-way and comms-bound).
+    four = planner.plan_training(L70, V5P, Slice(V5P, V5P.pod_shape), 4 * 1024 * 1024, 4096, mfu=0.4,
+                                 train_tokens=15e12, slices=4, remat=4, n_params=70e9)
+    for name in ("fsdp", "fsdp_tp", "pipeline"):
+        one, many = pod_plan.scheme(name), four.scheme(name)
+        assert many.layout == one.layout and many.step_time_s == pytest.approx(one.step_time_s)
+        assert many.batch_per_chip_tokens == pytest.approx(one.batch_per_chip_tokens)
+        assert many.compute_bound == one.compute_bound
+        assert any("3 of 4 slices idle" in n for n in many.notes)
+    assert (four.scheme("fsdp_tp").layout.data_ways, four.scheme("fsdp_tp").layout.model_ways) == (2048, 4)
+    assert not any("idle" in n for n in four.scheme("multislice").notes)
+
+
+def test_best_ranks_compute_bound_schemes_by_training_time():
+    # A batch big enough that one pod and all four are compute-bound: four pods finish ~4x sooner.
+    p = planner.plan_training(L70, V5P, Slice(V5P, V5P.pod_shape), 2**25, 4096, mfu=0.4, train_tokens=15e12,
+                              slices=4, remat=4, n_params=70e9)
+    bound = [s for s in p.feasible if s.compute_bound]
+    assert {"fsdp_tp", "multislice"} <= {s.scheme for s in bound}
+    assert p.best.scheme == "multislice"
+    assert p.best.training_time_s == min(s.training_time_s for s in bound)
+    assert p.best.training_time_s < p.scheme("fsdp_tp").training_time_s / 3

@@ -10,6 +10,12 @@ book's MLP layer), applied pass by pass to the whole model, i.e. every weight is
 travel like the MLP's. A pass takes max(compute, comms); a pipeline is stretched by its bubble.
 Schemes that leave chips idle (an FSDP x TP split rounded to powers of two) are timed on the
 chips they use.
+
+Several slices (``slices > 1``): only the "multislice" scheme spans them, each slice taking
+1 / slices of the batch. Every other scheme is the single-pod alternative: one slice runs the
+whole global batch while the others sit idle. Its shape (the FSDP x TP split included) is chosen
+for that whole batch and it is priced for it, so all schemes are compared on the same step of
+``global_batch_tokens``.
 """
 
 from __future__ import annotations
@@ -132,11 +138,21 @@ class TrainingPlan:
 
     @property
     def best(self) -> SchemePlan:
-        """Fastest feasible scheme (compute-bound ones first)."""
+        """Fastest feasible scheme, compute-bound ones first.
+
+        Within each group schemes are ranked by the time of the whole run (the step time when no
+        ``train_tokens`` was given: every scheme's step covers the same global batch, so the two
+        orders agree). A one-slice scheme that is compute-bound on one pod therefore loses to a
+        compute-bound multislice scheme that finishes sooner on all of them.
+        """
         if not self.feasible:
             raise ValueError(f"no scheme fits {self.model} on {self.chips} x {self.chip.name}; add chips or "
                              "use more rematerialization")
-        return min(self.feasible, key=lambda s: (not s.compute_bound, s.step_time_s))
+        return min(self.feasible, key=lambda s: (not s.compute_bound, _run_time_s(s)))
+
+
+def _run_time_s(s: SchemePlan) -> float:
+    return s.step_time_s if s.training_time_s is None else s.training_time_s
 
 
 def split_axes(ways: int, n_axes: int) -> tuple[int, ...]:
@@ -160,14 +176,21 @@ def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
     return where, split_axes(where, n_axes)
 
 
+def _mixed_axes(layer, chip, chips, batch, m_x, m_y) -> dict:
+    """The FSDP x TP split of ``chips`` chips (one slice) for ``batch`` tokens, as Layout kwargs."""
+    rng = cost.mixed_fsdp_ways_range(batch, layer.effective_d_ff, chips, chip, m_x, m_y)
+    target = rng[1] if rng else cost.optimal_fsdp_ways(batch, layer.effective_d_ff, chips, m_x, m_y)
+    x, y = cost.power_of_two_split(chips, min(max(1.0, target), chips))
+    return dict(data_axes=split_axes(x, m_x), model_axes=(y,))
+
+
 def _layouts(cfg, layer, chip, chips, axes, batch, slices, stages, microbatches):
+    """Candidate layouts. All but "multislice" live on one slice and run the whole ``batch`` there;
+    "multislice" gives each of its ``slices`` slices batch / slices tokens."""
     n_axes = len([a for a in axes if a > 1]) or 1
     m_x, m_y = max(1, n_axes - 1), 1
     per_slice = batch / slices
-    rng = cost.mixed_fsdp_ways_range(per_slice, layer.effective_d_ff, chips, chip, m_x, m_y)
-    target = rng[1] if rng else cost.optimal_fsdp_ways(per_slice, layer.effective_d_ff, chips, m_x, m_y)
-    x, y = cost.power_of_two_split(chips, min(max(1.0, target), chips))
-    mixed = dict(data_axes=split_axes(x, m_x), model_axes=(y,))
+    mixed = _mixed_axes(layer, chip, chips, batch, m_x, m_y)  # one slice, the whole global batch
     z = stages or max(d for d in (1, 2, 4, 8, 16) if cfg.n_layers % d == 0 and d <= chips)
     out = [Layout("data", data_axes=axes), Layout("fsdp", data_axes=axes), Layout("tensor", model_axes=axes),
            Layout("fsdp_tp", **mixed),
@@ -177,8 +200,8 @@ def _layouts(cfg, layer, chip, chips, axes, batch, slices, stages, microbatches)
         e = max(d for d in range(1, cfg.n_experts + 1) if cfg.n_experts % d == 0 and chips % d == 0)
         out.append(Layout("expert", data_axes=split_axes(chips // e, n_axes), expert_axes=(e,)))
     if slices > 1:
-        inner = mixed if per_slice / chips < cost.dp_critical_batch_per_chip_tokens(chip, n_axes) else \
-            dict(data_axes=axes)
+        inner = _mixed_axes(layer, chip, chips, per_slice, m_x, m_y) \
+            if per_slice / chips < cost.dp_critical_batch_per_chip_tokens(chip, n_axes) else dict(data_axes=axes)
         out.append(Layout("multislice", slices=slices, **inner))
     return out
 
@@ -220,6 +243,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
             micro = global_batch_tokens / (layout.batch_ways * layout.microbatches)
             if micro < cost.hbm_critical_batch_tokens(chip):
                 notes.append(f"microbatches of {micro:.0f} tokens per chip are HBM-bandwidth-bound")
+        if slices > 1 and layout.scheme != "multislice":
+            notes.append(f"one slice runs the whole batch: {slices - 1} of {slices} slices idle")
         if layout.chips < chips * slices:
             notes.append(f"uses {layout.chips} of {chips * slices} chips")
         run_s = step_s * train_tokens / global_batch_tokens if train_tokens else None
