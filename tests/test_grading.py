@@ -1,7 +1,6 @@
-"""Grading end to end with nbgrader: full marks, zero, and exactly one lost exercise."""
+"""Grading chapter 1 end to end: full marks, zero, exactly one lost exercise, an invalid file."""
 
 import csv
-import re
 import shutil
 import zipfile
 
@@ -9,6 +8,7 @@ import nbformat
 import pytest
 
 from autograder import course, grade
+from tests.notebook_answers import answered
 
 pytestmark = pytest.mark.grading
 
@@ -16,22 +16,16 @@ CHAPTER = "01_rooflines"
 WRONG = "ch01-ex1-2-mixed"
 
 
-def _solution_cells(nb):
-    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("solution")}
+def _wrong(gid, src):
+    if gid != f"{WRONG}-answer":
+        return src
+    slipped = src.replace("/ 2", "/ 3")  # an off-by-precision slip
+    assert slipped != src
+    return slipped
 
 
-def _answered(wrong_id=None):
-    """The student notebook with every solution filled in; ``wrong_id`` gets a wrong answer."""
-    student = nbformat.read(course.CHAPTERS / f"{CHAPTER}.ipynb", as_version=4)
-    solved = _solution_cells(nbformat.read(course.SOLUTIONS / f"{CHAPTER}.ipynb", as_version=4))
-    for gid, cell in _solution_cells(student).items():
-        src = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", solved[gid].source, flags=re.M)
-        if gid == f"{wrong_id}-answer":
-            src = src.replace("/ 2", "/ 3")  # an off-by-precision slip
-            assert src != solved[gid].source
-        cell.source = src
-    return student
+def _answered(wrong=False):
+    return answered(CHAPTER, _wrong if wrong else None)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def graded(tmp_path_factory):
     (subs / "bob").mkdir(parents=True)
     nbformat.write(_answered(), subs / "alice.ipynb")
     shutil.copy(course.CHAPTERS / f"{CHAPTER}.ipynb", subs / "bob" / f"{CHAPTER}.ipynb")  # untouched
-    nbformat.write(_answered(WRONG), subs / "carol.ipynb")
+    nbformat.write(_answered(wrong=True), subs / "carol.ipynb")
     (subs / "dave.ipynb").write_text("{ this is not json")
     archive = tmp / "subs.zip"
     with zipfile.ZipFile(archive, "w") as zf:

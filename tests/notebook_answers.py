@@ -1,0 +1,25 @@
+"""Fill a released student notebook with the instructor's answers (for grading tests)."""
+
+import re
+
+import nbformat
+
+from autograder import course
+
+
+def solution_cells(nb):
+    return {c.metadata["nbgrader"]["grade_id"]: c for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def answered(chapter, edit=None):
+    """The student notebook with every solution cell filled in from solutions/.
+
+    ``edit(grade_id, source) -> source`` may change one answer (to make it wrong).
+    """
+    student = nbformat.read(course.CHAPTERS / f"{chapter}.ipynb", as_version=4)
+    solved = solution_cells(nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4))
+    for gid, cell in solution_cells(student).items():
+        src = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", solved[gid].source, flags=re.M)
+        cell.source = edit(gid, src) if edit else src
+    return student
