@@ -124,19 +124,17 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class PassTime:
-    """One pass (forward or backward) of one layer on one chip."""
-
-    compute_s: float
-    comms_s: float
+class PassTime(roofline.RooflineTime):
+    """One pass (forward or backward) of one layer on one chip: a roofline time under the names
+    the training cost model reads (``time_s`` is the overlapped time)."""
 
     @property
     def time_s(self) -> float:
-        return max(self.compute_s, self.comms_s)
+        return self.lower_bound_s
 
     @property
     def compute_bound(self) -> bool:
-        return self.compute_s >= self.comms_s
+        return self.bound == "compute"
 
 
 @dataclass(frozen=True)
