@@ -32,7 +32,6 @@ import math
 import pickle
 import threading
 import time
-import traceback
 import types
 import warnings
 from dataclasses import dataclass
@@ -383,10 +382,6 @@ class Judge:
             return Verdict(ex_.points, ex_.points, True, "", out, in_kernel=True, seconds=secs)
         msg = f"TimeoutError: over {timeout:.0f} s" if run.timed_out else run.error
         return Verdict(0.0, ex_.points, False, msg, out, in_kernel=True, seconds=secs)
-
-
-def format_exception(err: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(err), err)).strip()
 
 
 __all__ = ["TrustedContext", "Judge", "Verdict", "KERNEL_HELPER", "Opaque", "decode", "math"]

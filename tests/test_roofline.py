@@ -29,7 +29,7 @@ def test_matmul_cost_counts(b, d, f):
 
 
 @given(dims, dims)
-def test_matmul_intensity_below_batch_and_approaches_it(d, f):
+def test_matmul_intensity_is_below_batch(d, f):
     b = 16
     assert rl.matmul_cost(b, d, f).intensity < b
 
