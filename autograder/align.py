@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder import pysource
+
 _SOLUTION_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 _HIDDEN = "### BEGIN HIDDEN TESTS"
 _TEST_HEADER = re.compile(r"^\s*#\s*Test\s+(\S+)\s*\(", re.M)
@@ -30,7 +32,7 @@ def source_of(cell: dict) -> str:
 def defined_names(src: str) -> set[str]:
     """Top-level functions and classes a cell defines (a regex when the cell does not parse)."""
     try:
-        tree = ast.parse(_strip_magics(src))
+        tree = pysource.parse(_strip_magics(src))
     except (SyntaxError, ValueError):
         return set(re.findall(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", src, re.M))
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}

@@ -22,7 +22,6 @@ and the result says so (``judged in kernel``).
 
 from __future__ import annotations
 
-import ast
 import base64
 import builtins
 import contextlib
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autograder import pysource
 from autograder.align import Chapter
 from autograder.kernel import KernelDied, KernelSession
 
@@ -235,12 +235,6 @@ class _IPythonStub:
     getoutput = system
 
 
-def _python(src: str) -> str:
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    return TransformerManager().transform_cell(src)
-
-
 class TrustedContext:
     """The instructor's notebook run once in the grader; a namespace snapshot before each test cell."""
 
@@ -278,7 +272,7 @@ class TrustedContext:
             try:
                 with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
                     warnings.simplefilter("ignore")
-                    exec(compile(_python(src), f"<instructor {kind} {eid}>", "exec"), ns)  # noqa: S102 - instructor code
+                    exec(pysource.notebook_code(src, f"<instructor {kind} {eid}>"), ns)  # noqa: S102 - instructor code
             except Exception as err:  # noqa: BLE001
                 self.problems.append(f"{kind} cell {eid or ''}: {type(err).__name__}: {err}"[:300])
             plt.close("all")
@@ -339,7 +333,7 @@ class Judge:
         if expr.get("status") != "ok":
             raise StudentError(run.error or "the kernel did not answer")
         try:
-            reply = json.loads(ast.literal_eval(expr["data"]["text/plain"]))
+            reply = json.loads(pysource.literal_eval(expr["data"]["text/plain"]))
         except (ValueError, SyntaxError, KeyError, TypeError, RecursionError, MemoryError):
             return Opaque("unreadable reply")
         if type(reply) is not dict:
@@ -356,7 +350,7 @@ class Judge:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exec(compile(_python(ex_.test_source), f"<test {eid}>", "exec"), ns)  # noqa: S102 - instructor code
+                exec(pysource.notebook_code(ex_.test_source, f"<test {eid}>"), ns)  # noqa: S102 - instructor code
         except NotPortable:
             return self._in_kernel(eid, start)
         except KernelDied:
