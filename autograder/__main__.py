@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--cell-timeout", type=float, help="seconds per cell (default: pyproject cell-timeout-s)")
     gr.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default: pyproject notebook-timeout-s)")
     gr.add_argument("--memory-mb", type=int, help="address-space limit per kernel in MB, 0 for none (default: pyproject memory-mb)")
+    gr.add_argument("--nbgrader-course", type=Path,
+                    help="nbgrader course folder whose gradebook.db receives the grades (default: OUT/nbgrader)")
     gr.add_argument("--max-output-bytes", type=int, help="text output kept per notebook (default: pyproject max-output-bytes)")
     args = parser.parse_args(argv)
 
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
                           workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
                           notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb,
-                          max_output_bytes=args.max_output_bytes)
+                          max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course)
     counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")

@@ -227,8 +227,13 @@ def _load_result(path: Path) -> StudentResult | None:
 def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
           workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
           notebook_timeout_s: float | None = None, memory_mb: int | None = None,
-          max_output_bytes: int | None = None, quiet: bool = False) -> list[StudentResult]:
-    """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student."""
+          max_output_bytes: int | None = None, quiet: bool = False,
+          nbgrader_dir: Path | None = None) -> list[StudentResult]:
+    """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student.
+
+    The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
+    see :mod:`autograder.gradebook`).
+    """
     settings = course.settings(root)
     why_not = sandbox.available()
     if why_not:
@@ -294,6 +299,10 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         ordered = [results[s] for s in sorted(results)]
         write_csv(out_dir / "grades.csv", chapter, ordered, list(grader.chapter.exercises))
         write_manifest(out_dir / "submissions.csv", mapping)
+        from autograder import gradebook
+
+        db = gradebook.write(nbgrader_dir or out_dir / "nbgrader", chapter, ordered, root / "solutions")
+        grader.say(f"nbgrader gradebook: {db} (`nbgrader export` / `nbgrader formgrader` in {db.parent})")
         if mapping.unmatched:
             grader.say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
             for name, why in mapping.unmatched:

@@ -74,3 +74,50 @@ def test_invalid_notebook_is_reported_not_fatal(graded):
     results, rows, _ = graded
     assert results["dave"].status == "invalid notebook"
     assert rows["dave"]["score"] == "0"
+
+
+def test_results_reach_the_nbgrader_gradebook_and_export(graded):
+    """formgrader and `nbgrader export` read gradebook.db: it must hold the same scores as grades.csv."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+
+    results, rows, out = graded
+    course_dir = out / "nbgrader"
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+        for student, r in results.items():
+            sub = gb.find_submission(CHAPTER, student)
+            assert sub.score == pytest.approx(r.score)
+            assert sub.max_score == pytest.approx(r.max_score)
+            assert not sub.needs_manual_grade
+        carol = gb.find_comment(f"{WRONG}-answer", CHAPTER, CHAPTER, "carol")
+        assert "ExerciseError" in carol.auto_comment
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+    subprocess.run([str(nbgrader), "export", "--to", str(out / "export.csv")], cwd=course_dir, check=True,
+                   capture_output=True)
+    exported = {row["student_id"]: row for row in csv.DictReader((out / "export.csv").open())}
+    assert set(exported) == set(results)
+    for student, r in results.items():
+        assert float(exported[student]["score"]) == pytest.approx(r.score)
+        assert float(rows[student]["score"]) == pytest.approx(r.score)
+
+
+def test_regrading_keeps_a_manual_score_and_flags_it(graded):
+    from nbgrader.api import Gradebook
+
+    from autograder import gradebook
+
+    results, _, out = graded
+    course_dir = out / "nbgrader"
+    url = f"sqlite:///{course_dir / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        g = gb.find_grade(WRONG, CHAPTER, CHAPTER, "carol")
+        g.manual_score = 0.5
+        gb.db.commit()
+    gradebook.write(course_dir, CHAPTER, list(results.values()), course.SOLUTIONS)
+    with Gradebook(url) as gb:
+        g = gb.find_grade(WRONG, CHAPTER, CHAPTER, "carol")
+        assert g.manual_score == 0.5 and g.auto_score == 0 and g.needs_manual_grade
+        assert gb.find_grade(WRONG, CHAPTER, CHAPTER, "alice").auto_score == results["alice"].exercises[WRONG]
