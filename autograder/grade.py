@@ -11,9 +11,11 @@ How a submission is graded (see also README, "For instructors"):
    (and their own helper cells), never the student's copies of test cells.
 3. **Where it runs.** Each student gets a fresh kernel in an OS sandbox (:mod:`autograder.sandbox`: its
    own user/mount/PID/network namespaces, a root file system with only Python, the environment and
-   scalelib, read-only, and one writable scratch folder) with a memory limit (RLIMIT_AS), per-cell and
-   per-notebook time limits and an output cap (:mod:`autograder.kernel`). The submission's saved
-   outputs are never used (only cell sources are sent).
+   scalelib, read-only, and one writable scratch folder) with a memory limit (RLIMIT_AS), a CPU-time
+   limit, a cap on processes (a fork bomb is killed), per-cell and per-notebook time limits and an
+   output cap (:mod:`autograder.kernel`). The submission's saved outputs are never used (only cell
+   sources are sent). A kernel that dies (crash, or killed after ignoring an interrupt) is restarted
+   without the exercise it died in, at most ``MAX_RESTARTS`` times; the status then says so.
 4. **Who judges.** :mod:`autograder.judge`: the instructor's test cells (hidden tests included) run in
    the grader process against a trusted run of the instructor's notebook; the student's functions are
    called in the kernel and only plain JSON values come back. Patching numpy, scalelib, builtins or
@@ -47,7 +49,8 @@ from pathlib import Path
 from autograder import align, course, sandbox, submissions
 from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
 
-GRADER_VERSION = "2"
+GRADER_VERSION = "3"
+MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
 STATUSES = ("graded", "partially graded", "timed out", "crashed", "invalid notebook", "wrong chapter", "missing")
 
 
@@ -141,68 +144,82 @@ class Grader:
         in_kernel: list[str] = []
         problems: list[str] = []
         status = "graded"
-        session = None
-        try:
-            session = KernelSession(scratch, lim, logs / f"{_safe(student)}.kernel.log")
-            helper = session.run(KERNEL_HELPER, timeout=60, silent=True)
-            if not helper.ok:
-                problems.append(f"grader helper: {helper.error}")
-            judge = None
-            for kind, src, eid in self.chapter.cells:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    status = "timed out"
-                    problems.append(f"notebook time limit ({lim.notebook_timeout_s:.0f} s) reached")
-                    break
-                if kind in ("setup", "context"):
-                    run = session.run(src, timeout=min(lim.cell_timeout_s, remaining))
-                    if run.timed_out:
-                        problems.append(f"a set-up/demo cell timed out")
-                    continue
-                if kind == "answer":
-                    if eid not in plan.answers:
+        judged: set[str] = set()
+        dropped: set[str] = set()  # exercises whose answer or test killed the kernel: left out after a restart
+        for attempt in range(MAX_RESTARTS + 1):
+            current = None  # the exercise being run or judged: blamed if the kernel dies
+            session = None
+            try:
+                session = KernelSession(scratch / f"k{attempt}", lim, logs / f"{_safe(student)}.kernel.log")
+                helper = session.run(KERNEL_HELPER, timeout=60, silent=True)
+                if not helper.ok:
+                    problems.append(f"grader helper: {helper.error}")
+                judge = None
+                for kind, src, eid in self.chapter.cells:
+                    current = eid if kind in ("answer", "test") else None
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        status = "timed out"
+                        problems.append(f"notebook time limit ({lim.notebook_timeout_s:.0f} s) reached")
+                        break
+                    if kind in ("setup", "context"):
+                        run = session.run(src, timeout=min(lim.cell_timeout_s, remaining))
+                        if run.timed_out and attempt == 0:
+                            problems.append("a set-up/demo cell timed out")
                         continue
-                    for i, cell in enumerate(plan.helpers.get(eid, []) + [plan.answers[eid]]):
-                        run = session.run(cell, timeout=min(lim.cell_timeout_s, remaining))
-                        if run.timed_out:
-                            problems.append(f"answer cell of {eid} timed out ({lim.cell_timeout_s:.0f} s) and was interrupted")
-                        if run.output_capped:
-                            problems.append(f"answer cell of {eid} printed more than {lim.max_output_bytes} bytes")
-                    continue
-                # a test cell: judge it in the grader
-                ctx = self.context()
-                if not ctx.ready.wait(timeout=max(remaining, 0)):
-                    status = "timed out"
-                    break
-                if ctx.error is not None:
-                    raise RuntimeError(f"the instructor's notebook failed in the grader: {ctx.error!r}")
-                if judge is None:
-                    judge = Judge(ctx, session, lim.cell_timeout_s, deadline)
-                if eid not in plan.answers:
-                    continue
-                verdict = judge.judge(eid)
-                scores[eid] = verdict.points
-                if verdict.message:
-                    messages[eid] = verdict.message
-                if verdict.output:
-                    outputs[eid] = verdict.output[-4000:]
-                if verdict.in_kernel:
-                    in_kernel.append(eid)
-                if not session.alive():
-                    raise KernelDied("the kernel died")
-        except KernelTimedOut as err:
-            status = "timed out"
-            problems.append(str(err))
-        except KernelDied as err:
-            status = "crashed"
-            tail = session.log_tail() if session else ""
-            problems.append(f"kernel crashed: {err}" + (f" [{tail[-160:]}]" if tail and "sandbox" in tail else ""))
-        finally:
-            if session is not None:
-                if session.output_bytes > lim.max_output_bytes and not any("printed" in p for p in problems):
-                    problems.append(f"output over {lim.max_output_bytes} bytes was cut")
-                session.close()
-            shutil.rmtree(scratch, ignore_errors=True)
+                    if eid in dropped or eid not in plan.answers:
+                        continue
+                    if kind == "answer":
+                        for cell in plan.helpers.get(eid, []) + [plan.answers[eid]]:
+                            run = session.run(cell, timeout=min(lim.cell_timeout_s, remaining))
+                            if attempt == 0 and run.timed_out:
+                                problems.append(f"answer cell of {eid} timed out ({lim.cell_timeout_s:.0f} s) and was interrupted")
+                            if attempt == 0 and run.output_capped:
+                                problems.append(f"answer cell of {eid} printed more than {lim.max_output_bytes} bytes")
+                        continue
+                    if eid in judged:
+                        continue
+                    # a test cell: judge it in the grader
+                    ctx = self.context()
+                    if not ctx.ready.wait(timeout=max(remaining, 0)):
+                        status = "timed out"
+                        break
+                    if ctx.error is not None:
+                        raise RuntimeError(f"the instructor's notebook failed in the grader: {ctx.error!r}")
+                    if judge is None:
+                        judge = Judge(ctx, session, lim.cell_timeout_s, deadline)
+                    verdict = judge.judge(eid)
+                    if not session.alive():
+                        raise KernelDied("the kernel died")
+                    judged.add(eid)
+                    scores[eid] = verdict.points
+                    if verdict.message:
+                        messages[eid] = verdict.message
+                    if verdict.output:
+                        outputs[eid] = verdict.output[-4000:]
+                    if verdict.in_kernel:
+                        in_kernel.append(eid)
+                break  # the whole notebook ran
+            except KernelDied as err:  # KernelTimedOut too: a cell that ignored the interrupt was killed
+                timed_out = isinstance(err, KernelTimedOut)
+                if status == "graded" or (status == "crashed" and timed_out):
+                    status = "timed out" if timed_out else "crashed"
+                tail = session.log_tail() if session else ""
+                where = f"in {current}" if current else "in a set-up cell"
+                problems.append(f"kernel {'killed' if timed_out else 'crashed'} {where}: {err}"
+                                + (f" [{tail[-160:]}]" if tail and "sandbox" in tail else ""))
+                if current is None or current in dropped:
+                    break  # nothing to leave out: a restart would die the same way
+                dropped.add(current)
+                messages[current] = f"{'killed: over the time limit' if timed_out else 'crashed the kernel'} ({err})"
+                if attempt < MAX_RESTARTS and deadline - time.monotonic() > 0:
+                    problems.append(f"restarted without {current}")
+            finally:
+                if session is not None:
+                    if session.output_bytes > lim.max_output_bytes and not any("printed" in p for p in problems):
+                        problems.append(f"output over {lim.max_output_bytes} bytes was cut")
+                    session.close()
+        shutil.rmtree(scratch, ignore_errors=True)
         if status == "graded" and (plan.not_found or problems):
             status = "partially graded"
         if plan.not_found:

@@ -34,6 +34,17 @@ class Limits:
     memory_mb: int = 4096
     max_output_bytes: int = 1_000_000
     sandbox: bool = True  # False only if the OS has none (the grader warns)
+    cpu_s: float | None = None  # RLIMIT_CPU of the kernel; None: notebook_timeout_s x cores (see cpu_limit_s)
+
+    def cpu_limit_s(self) -> int:
+        """CPU seconds the kernel may use in all: the wall-clock budget on every core (threads add up).
+
+        A kernel past it gets SIGXCPU and dies (status "crashed"); this catches CPU burnt where the wall
+        clock does not look, such as a fork that outlives its cell.
+        """
+        if self.cpu_s:
+            return int(self.cpu_s)
+        return int(self.notebook_timeout_s * (os.cpu_count() or 1)) + 60
 
 
 @dataclass
@@ -73,10 +84,11 @@ class KernelSession:
         self.output_bytes = 0
         self.output: list[str] = []
         scratch.mkdir(parents=True, exist_ok=True)
-        cfg = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64}
+        cfg = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
+               "cpu_s": limits.cpu_limit_s()}
         self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
                                           connection_file=str(scratch / "kernel.json"))
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "ab")  # a restarted kernel adds to the log
         self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log)
         ctx = zmq.Context()
         self._ctx = ctx

@@ -167,6 +167,7 @@ FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x
 HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[f"{MIXED}-answer"],
              GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
 CRASH = _nb(**{GPU: "import os\nos._exit(3)\n"})
+FORK_BOMB = _nb(**{MIXED: "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"})
 
 ROSTER = """student,name,id,email
 alice,Alice Adams,1001,aa@uni.edu
@@ -179,6 +180,7 @@ nosig,No Sig,1009,n@uni.edu
 flood,Flo Od,1010,f@uni.edu
 hog,Ho Gg,1011,hog@uni.edu
 crash,Cra Sh,1012,cr@uni.edu
+forker,For Ker,1017,fk@uni.edu
 dave,Dave Invalid,1013,d@uni.edu
 erin,Erin Wrong,1014,e@uni.edu
 frank,Frank Partial,1015,fr@uni.edu
@@ -209,6 +211,7 @@ def run(tmp_path_factory):
     files["od_1010_5010_01_rooflines.ipynb"] = (w(FLOOD), t0)
     files["gg_1011_5011_01_rooflines.ipynb"] = (w(HOG), t0)
     files["sh_1012_5012_01_rooflines.ipynb"] = (w(CRASH), t0)
+    files["ker_1017_5017_01_rooflines.ipynb"] = (w(FORK_BOMB), t0)
     files["invalid_1013_5013_01_rooflines.ipynb"] = ("{ this is not json", t0)
     ch2 = nbformat.read(course.CHAPTERS / "02_tpus.ipynb", as_version=4)
     files["wrong_1014_5014_01_rooflines.ipynb"] = (w(ch2), t0)  # named for ch 1, but is chapter 2
@@ -255,10 +258,13 @@ def test_every_status(run):
     frank = res["frank"]
     assert frank.status == "partially graded" and MIXED in frank.detail
     assert frank.score == FULL - 2 and frank.exercises[MIXED] == 0
-    assert res["crash"].status == "crashed" and res["crash"].exercises[GPU] == 0
-    assert res["crash"].score == sum(v for k, v in res["alice"].exercises.items()
-                                     if list(res["alice"].exercises).index(k) < list(res["alice"].exercises).index(GPU))
-    assert res["nosig"].status == "timed out"
+    # a kernel that dies is restarted without the exercise it died in: the others still count
+    crash = res["crash"]
+    assert crash.status == "crashed" and crash.exercises[GPU] == 0 and "crashed the kernel" in crash.messages[GPU]
+    assert crash.score == FULL - res["alice"].exercises[GPU] and f"restarted without {GPU}" in crash.detail
+    nosig = res["nosig"]
+    assert nosig.status == "timed out" and nosig.score == FULL - res["alice"].exercises[MIXED]
+    assert "killed" in nosig.messages[MIXED]
     assert set(grade.STATUSES) <= {r.status for r in res.values()}
 
 
@@ -315,6 +321,14 @@ def test_hanging_code_is_interrupted_and_others_still_graded(run):
     assert "Timeout" in h.messages[GPU]
     assert h.score == FULL - 2 - 1  # later exercises still graded after the interrupt
     assert res["nosig"].exercises[MIXED] == 0
+
+
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+def test_fork_bomb_is_stopped_and_costs_only_its_exercise(run):
+    res, *_ = run
+    f = res["forker"]
+    assert f.status == "crashed" and f.exercises[MIXED] == 0
+    assert f.score == FULL - res["alice"].exercises[MIXED]
 
 
 def test_huge_output_is_capped(run):
