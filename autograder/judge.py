@@ -15,9 +15,16 @@ kernel, and the student's copy of a test cell is never run.
 ``ex.forbid(...)`` inside a test cell is recorded, not applied here: each remote call made inside the
 ``with`` block asks the kernel to disable those scalelib functions (by module and name) during the call.
 
-A test cell that passes the student's function something that cannot be sent (a traced JAX value, a
-lambda) cannot be judged this way; it then runs inside the student's kernel, as nbgrader would run it,
-and the result says so (``judged in kernel``).
+Checks that must trace the student's function (it runs inside ``shard_map`` or ``jax.grad``, or the
+test reads its jaxpr) put that part in a helper marked ``@ex.probe``. The grader sends the probe's
+source (instructor code) to the student's kernel, calls it there with plain arguments and gets plain
+values back (outputs, program text, counts); every comparison still runs here. What a probe reports
+is measured in the student's process, so a student who rewrites JAX itself could forge its *program
+text*; they cannot forge values, and no assertion helper of theirs takes part.
+
+A test cell that still passes the student's function something that cannot be sent (a traced JAX
+value, a lambda) outside a probe cannot be judged this way; it then runs inside the student's kernel,
+as nbgrader would run it, and the result says so (``judged in kernel``).
 """
 
 from __future__ import annotations
@@ -285,11 +292,14 @@ class TrustedContext:
         ex_copy = types.ModuleType("scalelib.exercise")
         ex_copy.__dict__.update(self._exercise_module.__dict__)
         ex_copy.forbid = recording_forbid
+        ex_copy.probe = judge.probe
         for key, value in list(ns.items()):
             if value is self._exercise_module:
                 ns[key] = ex_copy
             elif value is self._exercise_module.forbid:
                 ns[key] = recording_forbid
+            elif value is self._exercise_module.probe:
+                ns[key] = judge.probe
         for name in self.chapter.answer_names:
             ns[name] = Remote(judge, name)
         ns["print"] = judge.print
@@ -315,6 +325,7 @@ class Judge:
         self.call_timeout_s, self.deadline = call_timeout_s, deadline
         self._out: list[str] = []
         self._out_bytes = 0
+        self._probes: dict[str, str] = {}
 
     def print(self, *args, sep=" ", end="\n", **_):
         text = sep.join(str(a) for a in args) + end
@@ -342,10 +353,25 @@ class Judge:
             raise StudentError(str(reply["err"]))
         return decode(reply.get("ok"))
 
+    def probe(self, fn):
+        """``@ex.probe`` in the trusted context: define the helper in the kernel, return its stand-in."""
+        source = self._probes.get(getattr(fn, "__name__", ""))
+        if source is None:
+            raise NotPortable(f"probe {fn!r} is not a top-level def of the test cell")
+        name = f"__grader_probe_{fn.__name__}"
+        timeout = min(self.call_timeout_s, self.deadline - time.monotonic())
+        if timeout <= 0:
+            raise CallTimeout("the notebook's time limit was reached")
+        run = self.session.run(source.replace(f"def {fn.__name__}(", f"def {name}(", 1), timeout=timeout, silent=True)
+        if not run.ok:
+            raise StudentError(f"the test's probe could not be defined in your kernel: {run.error}")
+        return Remote(self, name)
+
     def judge(self, eid: str) -> Verdict:
         ex_ = self.context.chapter.exercises[eid]
         start = time.perf_counter()
         self._out, self._out_bytes = [], 0
+        self._probes = pysource.decorated_functions(ex_.test_source, "probe")
         ns = self.context.namespace_for(eid, self)
         try:
             with warnings.catch_warnings():

@@ -32,3 +32,19 @@ def notebook_code(src: str, filename: str) -> types.CodeType:
 
     with _LOCK:
         return compile(TransformerManager().transform_cell(src), filename, "exec")
+
+
+def decorated_functions(src: str, decorator: str) -> dict[str, str]:
+    """Top-level ``def``s of a cell decorated with ``@<anything>.<decorator>``: name -> source without it."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    with _LOCK:
+        tree = ast.parse(TransformerManager().transform_cell(src))
+        out = {}
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and any(
+                    (isinstance(d, ast.Attribute) and d.attr == decorator) or (isinstance(d, ast.Name) and d.id == decorator)
+                    for d in node.decorator_list):
+                node.decorator_list = []
+                out[node.name] = ast.unparse(node)
+        return out

@@ -108,6 +108,20 @@ def forbid(*functions: Callable) -> Iterator[None]:
             fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
 
 
+def probe(fn: Callable) -> Callable:
+    """Mark a test-cell helper that must run next to the student's code; returns ``fn`` unchanged.
+
+    Some checks trace the student's function (it runs inside ``shard_map`` or ``jax.grad``, or the test
+    reads its jaxpr), so the function cannot be called from outside with plain inputs. Such a test
+    puts that part in a helper decorated with ``@ex.probe``: self-contained (only its arguments and the
+    notebook's set-up names), taking plain values (numbers, strings, tuples, numpy arrays, partition
+    specs) and returning plain values (a dict of numbers, strings, lists, numpy arrays), and does every
+    comparison outside it. In a notebook the decorator does nothing; the autograder runs the probe in
+    the student's kernel, gets back only plain data, and judges that data in its own process.
+    """
+    return fn
+
+
 def rng(seed: int) -> random.Random:
     """A seeded random source for hidden-test inputs (same inputs on every grading run)."""
     return random.Random(seed)

@@ -67,3 +67,10 @@ def test_rng_is_reproducible():
     assert ex.rng(5).random() == ex.rng(5).random()
     v = ex.log_uniform(ex.rng(1), 10, 1000)
     assert 10 <= v <= 1000
+
+
+def test_probe_is_the_identity_in_a_notebook():
+    def f(x):
+        return x + 1
+
+    assert ex.probe(f) is f

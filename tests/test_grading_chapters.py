@@ -29,7 +29,35 @@ def graded(request, tmp_path_factory):
     (subs / "bob").mkdir(parents=True)
     nbformat.write(answered(chapter), subs / "alice.ipynb")
     shutil.copy(course.CHAPTERS / f"{chapter}.ipynb", subs / "bob" / f"{chapter}.ipynb")  # untouched
+    if chapter in HOSTILE:
+        nbformat.write(answered(chapter, lambda gid, src: HOSTILE[chapter].get(gid, src)), subs / "mallory.ipynb")
     return chapter, {r.student: r for r in grade.grade(subs, chapter, tmp / "out")}
+
+
+# Answers that are wrong in value, written by someone who also disables the assertion helpers in their
+# kernel. Tests that trace the student's function run part of their work in that kernel (``@ex.probe``);
+# the comparisons must still happen in the grader.
+PATCH_HELPERS = """
+from scalelib import exercise as _ex
+_ex.check_close = _ex.check_array_close = lambda *a, **k: None
+_ex.plain_number = lambda v, *a, **k: 1.0
+"""
+HOSTILE = {
+    "03_sharding": {
+        "ch03-ring-allgather-answer": PATCH_HELPERS + """
+def ring_all_gather(x, axis_name):
+    n = jax.lax.axis_size(axis_name)
+    for _ in range(1, n):
+        x = jax.lax.ppermute(x, axis_name, [(j, (j + 1) % n) for j in range(n)])
+    return jnp.zeros((n * x.shape[0],) + x.shape[1:], x.dtype)
+""",
+        "ch03-case3-psum-answer": PATCH_HELPERS + """
+def case3_matmul(a, b, mesh, axis):
+    f = compat.shard_map(lambda x: jax.lax.psum(x, axis), mesh=mesh, in_specs=P(), out_specs=P())
+    return jax.jit(f)(jnp.zeros((a.shape[0], b.shape[1]), jnp.float32))
+""",
+    },
+}
 
 
 def test_full_marks_for_the_solution(graded):
@@ -45,3 +73,19 @@ def test_untouched_notebook_scores_zero(graded):
     bob = results["bob"]
     assert bob.status == "graded" and bob.score == 0, (chapter, bob.exercises)
     assert bob.exercises and all(v == 0 for v in bob.exercises.values())
+
+
+def test_every_exercise_is_judged_in_the_grader(graded):
+    chapter, results = graded
+    assert results["alice"].in_kernel == (), chapter
+
+
+def test_wrong_answers_with_patched_helpers_earn_nothing(graded):
+    chapter, results = graded
+    if chapter not in HOSTILE:
+        pytest.skip("no hostile answers written for this chapter")
+    mallory = results["mallory"]
+    for gid in HOSTILE[chapter]:
+        eid = gid[: -len("-answer")]
+        assert mallory.exercises[eid] == 0, (eid, mallory.messages.get(eid))
+    assert mallory.score == results["alice"].score - sum(results["alice"].exercises[g[:-7]] for g in HOSTILE[chapter])

@@ -26,3 +26,23 @@ def test_parallel_parsing_gives_the_same_results_as_serial():
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = list(pool.map(_work, range(64)))
     assert results == [(50, i, 6) for i in range(64)]
+
+
+def test_decorated_functions_returns_top_level_probes_without_the_decorator():
+    src = (
+        "%matplotlib inline\n"
+        "@ex.probe\n"
+        "def run_it(a, b=2):\n"
+        "    return {'s': a + b}\n"
+        "def plain(x):\n"
+        "    return x\n"
+        "def outer():\n"
+        "    @ex.probe\n"
+        "    def inner():\n"
+        "        pass\n"
+    )
+    found = pysource.decorated_functions(src, "probe")
+    assert list(found) == ["run_it"]
+    ns = {}
+    exec(found["run_it"], ns)
+    assert ns["run_it"](1) == {"s": 3} and "@" not in found["run_it"]
