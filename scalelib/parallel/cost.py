@@ -17,6 +17,7 @@ of one link. DCN is the per-host rate shared by the host's chips.
 Each pass (forward, backward) overlaps its own communication with its own FLOPs; the step
 costs the sum over passes of max(compute, comms), and a layout is compute-bound when every
 pass is. That is the book's criterion (it compares the pass with the most comms per FLOP).
+``scalelib.parallel.flops`` counts what the executed steps compute, for comparison with XLA.
 """
 
 from __future__ import annotations
