@@ -38,6 +38,21 @@ def test_book_70b_plan_on_a_pod(pod_plan):
     assert not p.scheme("tensor").feasible
 
 
+def test_compute_bound_is_judged_at_peak_and_comms_hidden_at_the_mfu(pod_plan):
+    # FSDP at 468 tokens per chip is comms-bound by the book's criterion (850 at peak FLOPs/s), but at
+    # 40% MFU the compute takes 2.5x the peak time, more than the 850 / 468 = 1.8x the comms need.
+    fsdp = pod_plan.scheme("fsdp")
+    assert not fsdp.compute_bound and fsdp.comms_hidden
+    step_flops = planner.training_flops(70e9, pod_plan.global_batch_tokens)
+    assert fsdp.step_time_s == pytest.approx(step_flops / (fsdp.chips_used * V5P.bf16_flops_per_s * 0.4), rel=1e-12)
+    assert all(s.comms_hidden for s in pod_plan.schemes if s.compute_bound)  # peak implies any mfu <= 1
+    at_peak = planner.plan_training(L70, V5P, Slice(V5P, V5P.pod_shape), 4 * 1024 * 1024, 4096, mfu=1.0,
+                                    train_tokens=15e12, remat=4, n_params=70e9)
+    assert [s.comms_hidden for s in at_peak.schemes] == [s.compute_bound for s in at_peak.schemes]
+    assert [s.compute_bound for s in at_peak.schemes] == [s.compute_bound for s in pod_plan.schemes]
+    assert not at_peak.scheme("fsdp").comms_hidden
+
+
 def test_without_sequence_sharding_fsdp_is_infeasible():
     p = planner.plan_training(L70, V5P, 8960, 4 * 1024 * 1024, 4096, sequence_sharding=False, n_params=70e9)
     assert not p.scheme("fsdp").feasible and p.min_chips_for_memory > 1

@@ -8,6 +8,11 @@ Step time. Compute: the run's 6 N FLOPs per token (section 4) over the chips at 
 Communication: the per-layer ratio of comms to peak-rate compute from ``cost.layer_cost`` (the
 book's MLP layer), applied pass by pass to the whole model, i.e. every weight is assumed to
 travel like the MLP's. A pass takes max(compute, comms); a pipeline is stretched by its bubble.
+
+Two verdicts: ``compute_bound`` is the book's (each pass's comms fit under its FLOPs at PEAK rate,
+whatever ``mfu``: section 5's thresholds, e.g. 850 tokens per chip for FSDP on v5p); ``comms_hidden``
+asks the same at ``mfu``, so the step time is compute alone. The first implies the second; FSDP at
+468 tokens per chip and 40% MFU is comms-bound by the book yet shows no comms in its step time.
 Schemes that leave chips idle (an FSDP x TP split rounded to powers of two) are timed on the
 chips they use.
 
@@ -85,7 +90,8 @@ class SchemePlan:
     memory: ChipMemory
     fits_in_hbm: bool
     batch_per_chip_tokens: float
-    compute_bound: bool
+    compute_bound: bool  # the book's criterion: comms <= compute at peak FLOPs/s, in every pass
+    comms_hidden: bool  # comms <= compute at the plan's mfu, in every pass: step_time_s is compute only
     step_time_s: float
     training_time_s: float | None
     cost_usd: float | None
@@ -249,7 +255,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
             notes.append(f"uses {layout.chips} of {chips * slices} chips")
         run_s = step_s * train_tokens / global_batch_tokens if train_tokens else None
         usd = run_s / 3600 * layout.chips * chip.usd_per_hour if run_s and chip.usd_per_hour else None
-        plans.append(SchemePlan(layout, mem, mem.fits(chip), lc.batch_per_chip_tokens, lc.compute_bound,
+        hidden = all(m <= c for c, m in passes)
+        plans.append(SchemePlan(layout, mem, mem.fits(chip), lc.batch_per_chip_tokens, lc.compute_bound, hidden,
                                 step_s, run_s, usd, tuple(notes)))
     n_axes = len([a for a in axes if a > 1]) or 1
     return TrainingPlan(
