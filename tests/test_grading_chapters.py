@@ -57,6 +57,16 @@ def case3_matmul(a, b, mesh, axis):
     return jax.jit(f)(jnp.zeros((a.shape[0], b.shape[1]), jnp.float32))
 """,
     },
+    "05_training": {
+        "ch05-dp-grad-reduce-answer": PATCH_HELPERS + """
+def reduce_grads(grads, axis):
+    return jax.tree.map(lambda g: lax.psum(g, axis), grads)  # a sum, not the mean
+""",
+        "ch05-megatron-mlp-answer": PATCH_HELPERS + """
+def megatron_mlp(x, w_in, w_out, axis):
+    return lax.pmean(jax.nn.gelu(x @ w_in) @ w_out, axis)  # a mean, not the sum
+""",
+    },
 }
 
 
