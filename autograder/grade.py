@@ -275,6 +275,19 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         if not mapping.chosen and not mapping.missing:
             raise SystemExit(f"no notebooks found in {source}" +
                              (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
+        # nbgrader's course folder is made while the kernels run (it needs no results)
+        from autograder import gradebook
+
+        book_dir, book_error = Path(nbgrader_dir or out_dir / "nbgrader"), []
+
+        def prepare_gradebook():
+            try:
+                gradebook.prepare(book_dir, chapter, root / "solutions")
+            except Exception as err:  # noqa: BLE001 - reported after grading; results are on disk first
+                book_error.append(err)
+
+        book_thread = threading.Thread(target=prepare_gradebook, name="gradebook", daemon=True)
+        book_thread.start()
         results: dict[str, StudentResult] = {}
         todo = []
         for student, cand in sorted(mapping.chosen.items()):
@@ -285,6 +298,8 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             else:
                 todo.append((student, cand))
         grader.total = len(todo)
+        if todo:
+            grader.context()  # the instructor's run starts now, while the first kernels start
         start = time.perf_counter()
         if todo:
             grader.say(f"grading {len(todo)} notebooks of {chapter} with {min(workers, len(todo))} workers"
@@ -316,9 +331,10 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         ordered = [results[s] for s in sorted(results)]
         write_csv(out_dir / "grades.csv", chapter, ordered, list(grader.chapter.exercises))
         write_manifest(out_dir / "submissions.csv", mapping)
-        from autograder import gradebook
-
-        db = gradebook.write(nbgrader_dir or out_dir / "nbgrader", chapter, ordered, root / "solutions")
+        book_thread.join()
+        if book_error:
+            raise RuntimeError(f"could not prepare the nbgrader gradebook in {book_dir}: {book_error[0]}") from book_error[0]
+        db = gradebook.record(book_dir.resolve(), chapter, ordered)
         grader.say(f"nbgrader gradebook: {db} (`nbgrader export` / `nbgrader formgrader` in {db.parent})")
         if mapping.unmatched:
             grader.say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")

@@ -55,10 +55,11 @@ def _alembic_head_in_process() -> None:
     nbgrader.api.get_alembic_version = get_alembic_version
 
 
-def write(course_dir: Path, chapter: str, results: Iterable, solutions: Path = SOLUTIONS) -> Path:
-    """Mirror ``results`` (``grade.StudentResult``s of one chapter) into ``course_dir/gradebook.db``."""
-    from nbgrader.api import Gradebook, MissingEntry
+def prepare(course_dir: Path, chapter: str, solutions: Path = SOLUTIONS) -> Path:
+    """The course folder, its config and the chapter as an assignment (no student rows yet).
 
+    Runs no student code; the grader starts it in a thread of its own while the kernels work.
+    """
     _alembic_head_in_process()
     course_dir = Path(course_dir).resolve()
     course_dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +67,18 @@ def write(course_dir: Path, chapter: str, results: Iterable, solutions: Path = S
         CONFIG.format(root=str(course_dir), db_url=db_url(course_dir), exchange=str(course_dir / "exchange")),
         encoding="utf-8")
     nbgrader_course.generate(course_dir, chapter, solutions)  # the assignment and its grade cells
+    return course_dir
+
+
+def write(course_dir: Path, chapter: str, results: Iterable, solutions: Path = SOLUTIONS) -> Path:
+    """Mirror ``results`` (``grade.StudentResult``s of one chapter) into ``course_dir/gradebook.db``."""
+    return record(prepare(course_dir, chapter, solutions), chapter, results)
+
+
+def record(course_dir: Path, chapter: str, results: Iterable) -> Path:
+    """Student rows into a course folder :func:`prepare` made."""
+    from nbgrader.api import Gradebook, MissingEntry
+
     with Gradebook(db_url(course_dir)) as gb:
         assignment = gb.find_assignment(chapter)
         grade_cells = {c.name for nb in assignment.notebooks for c in nb.grade_cells}

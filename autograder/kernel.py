@@ -74,7 +74,7 @@ def kernel_env(scratch: Path) -> dict[str, str]:
         "HOME": s, "IPYTHONDIR": f"{s}/.ipython", "MPLCONFIGDIR": f"{s}/.mpl", "XDG_CACHE_HOME": f"{s}/.cache",
         "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",
         "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TMPDIR": "/tmp",
-        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see judge.KERNEL_HELPER)
     }
 
 
