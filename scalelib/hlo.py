@@ -81,7 +81,7 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     return tuple(out)
 
 
-_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
                 "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 _RESULT = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(?:all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
 _ARRAY = re.compile(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]")
@@ -103,7 +103,7 @@ def _result_bytes(line: str) -> int:
     total = 0
     for dtype, dims in _ARRAY.findall(m.group(1)):
         size = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        total += size * _DTYPE_BYTES[dtype]
+        total += size * DTYPE_BYTES[dtype]
     # async "-start" ops return (operands, results[, scratch]); count only the results half
     return total // 2 if "-start(" in line and m.group(1).startswith("(") else total
 

@@ -1,0 +1,190 @@
+"""Measuring and reading programs (book section 9): fair timings and what a compiled program holds.
+
+``time_jitted``: wall time of a jitted function, compile excluded, each run waited for with
+``block_until_ready``, the median of several runs. ``program_summary``: the collectives (via
+``scalelib.hlo``) and the heaviest ops of a compiled program; ``jaxpr_primitive_counts`` counts
+primitives in a traced one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Mapping
+
+from scalelib import hlo
+
+# ------------------------------------------------------------------ timing a jitted function
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Wall times of one jitted function: the first call (compile) and the timed runs."""
+
+    first_call_s: float  # trace + compile + one run; excluded from the statistics
+    runs_s: tuple[float, ...]
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.runs_s)
+
+    @property
+    def min_s(self) -> float:
+        return min(self.runs_s)
+
+
+def time_jitted(fn, *args, runs: int = 5, warmup: int = 1) -> Timing:
+    """Time ``fn(*args)`` (a ``jax.jit`` function): ``warmup`` untimed calls, then ``runs`` timed ones.
+
+    Every call is waited for with ``jax.block_until_ready``; JAX dispatches asynchronously, so
+    without it the clock would stop before the device finished.
+    """
+    import jax
+
+    if not (isinstance(runs, int) and runs >= 1) or not (isinstance(warmup, int) and warmup >= 1):
+        raise ValueError(f"runs and warmup must be ints >= 1 (warmup compiles), got runs={runs!r}, "
+                         f"warmup={warmup!r}")
+    times = []
+    for _ in range(warmup + runs):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return Timing(times[0], tuple(times[warmup:]))
+
+
+# ------------------------------------------------------------------ what a program contains
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][a-z0-9\-]*)\((.*)$")
+_COMPUTATION = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+
+
+@dataclass(frozen=True)
+class HloOp:
+    """One instruction of the entry computation."""
+
+    name: str
+    opcode: str
+    result_bytes: int
+    flops: float  # matmul FLOPs, counting dots inside the computations it calls
+
+
+def _type_bytes(type_text: str) -> int:
+    """Bytes of an HLO result type (all arrays of a tuple)."""
+    arrays = re.findall(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]", type_text)
+    return sum(math.prod(int(d) for d in dims.split(",") if d) * hlo.DTYPE_BYTES[dt]
+               for dt, dims in arrays if dt in hlo.DTYPE_BYTES)
+
+
+def _shape_of(type_text: str) -> tuple[int, ...] | None:
+    m = re.match(r"\s*(?:\w+)\[([\d,]*)\]", type_text)
+    return tuple(int(x) for x in m.group(1).split(",") if x) if m else None
+
+
+def hlo_ops(hlo_text: str) -> tuple[HloOp, ...]:
+    """Instructions of the ENTRY computation, with result bytes and matmul FLOPs.
+
+    An op's FLOPs are those of its dots, including dots in the computations it calls (a fusion's
+    body; a while loop's body counted once, whatever its trip count).
+    """
+    comps: dict[str, list] = {}
+    entry, current = None, None
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for line in hlo_text.splitlines():
+        c = _COMPUTATION.match(line)
+        if c:
+            current = c.group(2)
+            comps[current] = []
+            entry = current if c.group(1) else entry
+            continue
+        m = _INSTR.match(line)
+        if m and current is not None:
+            name, type_text, opcode, rest = m.groups()
+            shapes[name] = _shape_of(type_text)
+            comps[current].append((name, type_text, opcode, rest))
+    if entry is None:
+        raise ValueError("no ENTRY computation found; pass the text of a compiled HLO module")
+
+    def flops(comp: str, seen=()) -> float:
+        total = 0.0
+        for name, _, opcode, rest in comps.get(comp, []):
+            total += _op_flops(name, opcode, rest, shapes)
+            total += sum(flops(c, seen + (comp,)) for c in re.findall(r"(?:calls|body|to_apply)=%?([\w.\-]+)", rest)
+                         if c not in seen)
+        return total
+
+    out = []
+    for name, type_text, opcode, rest in comps[entry]:
+        called = re.findall(r"(?:calls|body)=%?([\w.\-]+)", rest)
+        op_flops = _op_flops(name, opcode, rest, shapes) + sum(flops(c) for c in called)
+        out.append(HloOp(name, opcode, _type_bytes(type_text), op_flops))
+    return tuple(out)
+
+
+def _op_flops(name: str, opcode: str, rest: str, shapes) -> float:
+    if opcode != "dot":
+        return 0.0
+    operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
+    contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
+    lhs, result = shapes.get(operands[0]) if operands else None, shapes.get(name)
+    if lhs is None or result is None or contracting is None:
+        return 0.0
+    k = math.prod(lhs[int(d)] for d in contracting.group(1).split(",") if d)
+    return 2.0 * math.prod(result) * k
+
+
+@dataclass(frozen=True)
+class ProgramSummary:
+    """What XLA compiled a program into, per device."""
+
+    collectives: tuple[hlo.CollectiveOp, ...]
+    top_ops: tuple[HloOp, ...]  # heaviest first: by FLOPs, then by result bytes
+    flops: float  # XLA's own count (cost_analysis)
+    bytes_accessed: float
+
+    @property
+    def collective_kinds(self) -> Counter:
+        return Counter(c.kind for c in self.collectives)
+
+
+def program_summary(jitted, *args, mesh_shape: Mapping[str, int] | None = None, top: int = 5) -> ProgramSummary:
+    """Compile ``jitted`` for ``args`` and list its collectives and its ``top`` heaviest ops."""
+    compiled = jitted.lower(*args).compile()
+    text = compiled.as_text()
+    analysis = compiled.cost_analysis() or {}
+    if isinstance(analysis, (list, tuple)):  # older JAX returned one dict per program
+        analysis = analysis[0] if analysis else {}
+    ops = sorted(hlo_ops(text), key=lambda o: (-o.flops, -o.result_bytes))
+    ops = [o for o in ops if o.opcode not in ("parameter", "constant", "bitcast", "tuple", "get-tuple-element")]
+    return ProgramSummary(hlo.collective_ops(text, dict(mesh_shape or {"all": 1})), tuple(ops[:top]),
+                          float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0)))
+
+
+def jaxpr_primitive_counts(fn, *args) -> Counter:
+    """How often each primitive occurs in the traced ``fn(*args)``, nested jaxprs included."""
+    import jax
+    import jax.extend.core as jex_core
+
+    counts: Counter = Counter()
+
+    def walk(jaxpr) -> None:
+        for eqn in jaxpr.eqns:
+            counts[eqn.primitive.name] += 1
+            for value in eqn.params.values():
+                for v in value if isinstance(value, (tuple, list)) else (value,):
+                    if isinstance(v, jex_core.ClosedJaxpr):
+                        walk(v.jaxpr)
+                    elif isinstance(v, jex_core.Jaxpr):
+                        walk(v)
+
+    walk(jax.make_jaxpr(fn)(*args).jaxpr)
+    return counts
+
+
+__all__ = ["EinsumEstimate", "HloOp", "Layout", "ProgramSummary", "Timing", "hlo_ops", "jaxpr_primitive_counts",
+           "padded_shape", "padding_ratio", "parse_layout", "program_summary", "sharded_einsum_time",
+           "tiled_offsets", "time_jitted"]
+
