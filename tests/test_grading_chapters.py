@@ -57,6 +57,19 @@ def case3_matmul(a, b, mesh, axis):
     return jax.jit(f)(jnp.zeros((a.shape[0], b.shape[1]), jnp.float32))
 """,
     },
+    "07_inference": {
+        "ch07-cached-attention-answer": PATCH_HELPERS + """
+def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
+    b, n, h = q.shape
+    kv_heads = k_cache.shape[1]
+    at = (0, 0, length, 0)
+    k_cache = jax.lax.dynamic_update_slice(k_cache, k_new[:, :, None, :], at)
+    v_cache = jax.lax.dynamic_update_slice(v_cache, v_new[:, :, None, :], at)
+    qg = q.reshape(b, kv_heads, n // kv_heads, h)
+    probs = jax.nn.softmax(jnp.einsum("bkgh,bksh->bkgs", qg, k_cache) / math.sqrt(h), axis=-1)  # no mask
+    return jnp.einsum("bkgs,bksh->bkgh", probs, v_cache).reshape(b, n, h), k_cache, v_cache
+""",
+    },
     "05_training": {
         "ch05-dp-grad-reduce-answer": PATCH_HELPERS + """
 def reduce_grads(grads, axis):
