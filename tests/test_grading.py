@@ -121,3 +121,26 @@ def test_regrading_keeps_a_manual_score_and_flags_it(graded):
         g = gb.find_grade(WRONG, CHAPTER, CHAPTER, "carol")
         assert g.manual_score == 0.5 and g.auto_score == 0 and g.needs_manual_grade
         assert gb.find_grade(WRONG, CHAPTER, CHAPTER, "alice").auto_score == results["alice"].exercises[WRONG]
+
+
+def test_kernel_helper_resolves_forbidden_methods_of_every_kind():
+    """ex.forbid(...) inside a test names functions by module and qualname; the kernel must find the
+    function object behind a plain method, a classmethod, a staticmethod and a property."""
+    import types
+
+    from autograder.judge import KERNEL_HELPER
+
+    class _Shell:
+        user_ns: dict = {}
+
+        def register_magic_function(self, *a, **k):
+            pass
+
+    ns = {"get_ipython": lambda: _Shell()}
+    exec(KERNEL_HELPER, ns)  # noqa: S102 - our own helper
+    resolve = next(c.cell_contents for c in ns["__grader__"].call.__closure__
+                   if isinstance(c.cell_contents, types.FunctionType) and c.cell_contents.__name__ == "resolve")
+    from scalelib.sharding import Sharding
+
+    for qualname in ("Sharding.from_spec", "Sharding.local_shape"):
+        assert isinstance(resolve("scalelib.sharding", qualname), types.FunctionType), qualname
