@@ -51,6 +51,7 @@ from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
 
 GRADER_VERSION = "3"
 MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
+INSTRUCTOR_CELL_TIMEOUT_S = 120.0  # the least time a set-up or demo cell of the instructor gets
 STATUSES = ("graded", "partially graded", "timed out", "crashed", "invalid notebook", "wrong chapter", "missing")
 
 
@@ -163,9 +164,13 @@ class Grader:
                         problems.append(f"notebook time limit ({lim.notebook_timeout_s:.0f} s) reached")
                         break
                     if kind in ("setup", "context"):
-                        run = session.run(src, timeout=min(lim.cell_timeout_s, remaining))
+                        # the instructor's own cells (imports, demos, a roofline measurement) get at least
+                        # INSTRUCTOR_CELL_TIMEOUT_S: a short per-cell limit meant for student code must not
+                        # cut them on a loaded machine; the notebook's limit still bounds them
+                        limit = max(lim.cell_timeout_s, INSTRUCTOR_CELL_TIMEOUT_S)
+                        run = session.run(src, timeout=min(limit, remaining))
                         if run.timed_out and attempt == 0:
-                            problems.append("a set-up/demo cell timed out")
+                            problems.append(f"a set-up/demo cell timed out ({limit:.0f} s)")
                         continue
                     if eid in dropped or eid not in plan.answers:
                         continue
