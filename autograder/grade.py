@@ -100,7 +100,7 @@ class Grader:
         self.done = 0
         self.total = 0
 
-    # -- trusted context, built once, lazily, in a thread of its own --
+    # -- trusted context: built once, in a thread of its own (grade() starts it with the first kernels) --
     def context(self):
         from autograder.judge import TrustedContext
 

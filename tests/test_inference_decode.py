@@ -29,6 +29,8 @@ from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib.inference import decode
 from scalelib.inference import step_time as stt
+from tests import test_model
+from tests.test_model import _tokens
 
 RTOL = ATOL = 1e-5
 FLOPS_RTOL = 0.02
@@ -38,13 +40,7 @@ COST_CFG = model.small_config(d_model=256, head_dim=64, d_ff=1024, vocab_size=51
 COST_B, COST_S = 4, 256
 
 
-@lru_cache(maxsize=None)
-def _init(cfg, seed=0):
-    return jax.jit(model.init, static_argnums=1)(jax.random.key(seed), cfg)
-
-
-def _tokens(shape, vocab, seed=1):
-    return jax.random.randint(jax.random.key(seed), shape, 0, vocab)  # [B, T]
+_init = lru_cache(maxsize=None)(test_model._init)  # the same weights as tests/test_model.py, built once per config
 
 
 VARIANTS = {
