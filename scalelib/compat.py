@@ -7,7 +7,8 @@ change in JAX's API is absorbed in one place. Supported: the range declared in p
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+import contextlib
+from typing import Iterator, Literal, Sequence
 
 import jax
 
@@ -41,6 +42,29 @@ def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "expl
 shard_map = jax.shard_map
 
 
+def pvary(x, axis_name):
+    """Mark ``x`` as varying over ``axis_name`` inside ``shard_map`` (no data moves).
+
+    The transpose of this cast is a psum, so a gradient taken with respect to the cast value stays
+    per device until the step reduces it explicitly. JAX 0.8.2 renamed ``lax.pvary(x, axes)`` to
+    ``lax.pcast(x, axes, to="varying")``; the old name is gone from 0.9. Works on pytrees.
+    """
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(x, axis_name, to="varying")
+    return jax.lax.pvary(x, axis_name)
+
+
+def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
+    """AllGather whose result is typed invariant (the same on every device) over ``axis_name``.
+
+    Its transpose is a ReduceScatter to this device's shard rather than a psum. JAX 0.9 spells it
+    ``lax.all_gather(..., to="invarying")``; earlier releases have ``lax.all_gather_invariant``.
+    """
+    if hasattr(jax.lax, "all_gather_invariant"):
+        return jax.lax.all_gather_invariant(x, axis_name, axis=axis, tiled=tiled)
+    return jax.lax.all_gather(x, axis_name, axis=axis, tiled=tiled, to="invarying")
+
+
 def fast_compiles(enable: bool = True) -> None:
     """Have XLA skip its expensive machine-code (LLVM) optimizations from now on, or stop skipping.
 
@@ -50,3 +74,20 @@ def fast_compiles(enable: bool = True) -> None:
     compiling costs about a second and running a few milliseconds, so this halves the wait.
     """
     jax.config.update("jax_disable_most_optimizations", bool(enable))
+
+
+@contextlib.contextmanager
+def enable_x64() -> Iterator[None]:
+    """Within the block, JAX computes in 64-bit by default (float64 arrays, float64 programs).
+
+    Tests use it to compare two orderings of the same sums without float32 rounding noise.
+    JAX 0.9 moved the context manager from ``jax.experimental.enable_x64`` to ``jax.enable_x64``.
+    """
+    if hasattr(jax, "enable_x64"):
+        with jax.enable_x64(True):
+            yield
+    else:
+        from jax.experimental import enable_x64 as _enable_x64
+
+        with _enable_x64():
+            yield

@@ -123,7 +123,7 @@ def local_grads(loss_fn: Callable, params, tokens, microbatches: int, axes: tupl
         loss, g = jax.value_and_grad(loss_fn)(params, mb)
         return (loss_sum + loss, jax.tree.map(jnp.add, g_sum, g)), None
 
-    zero = lax.pcast(jnp.zeros((), jnp.float32), axes, to="varying")  # [] per device
+    zero = compat.pvary(jnp.zeros((), jnp.float32), axes)  # [] per device
     init = (zero, jax.tree.map(jnp.zeros_like, params))
     (loss_sum, g_sum), _ = lax.scan(body, init, mbs)
     return loss_sum / microbatches, jax.tree.map(lambda g: g / microbatches, g_sum)
@@ -142,9 +142,9 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
 
     def local(state: train.TrainState, tokens: jax.Array):  # tokens [B/X, T+1] per device
         check_batch(tokens.shape[0] * n, n, axes, microbatches)
-        # pcast makes the weights "varying": their gradient is this device's alone (no implicit
+        # pvary makes the weights "varying": their gradient is this device's alone (no implicit
         # sum), so the AllReduce below is the only one in the program.
-        params = lax.pcast(state.params, axes, to="varying")
+        params = compat.pvary(state.params, axes)
         loss_fn = lambda p, t: model.loss(p, t, cfg, remat=remat, scan_layers=scan_layers)  # noqa: E731
         loss, grads = local_grads(loss_fn, params, tokens, microbatches, axes)
         grads = jax.tree.map(lambda g: lax.pmean(g, axes), grads)  # AllReduce over X: the backward's only collective

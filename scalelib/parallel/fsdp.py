@@ -128,7 +128,7 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
         return x if d < 0 else lax.dynamic_slice_in_dim(x, idx() * (x.shape[d] // n), x.shape[d] // n, d)
 
     def local(state: train.TrainState, tokens: jax.Array):  # tokens [B/X, T+1] per device
-        vary = lambda p, d: lax.pcast(p, axis, to="varying") if (d < 0 or stage < 3) else p  # noqa: E731
+        vary = lambda p, d: compat.pvary(p, axis) if (d < 0 or stage < 3) else p  # noqa: E731
         params = jax.tree.map(vary, state.params, dims)  # gradients below are this device's alone
         if stage == 3:
             fn = jax.checkpoint(lambda s, t: gathered_loss(s, t, cfg, dims, axis), policy=REGATHER)
@@ -145,7 +145,7 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
             p_mine = jax.tree.map(my_slice, state.params, dims)
         new, opt = train.adam_update(hp, g, state.opt, p_mine)  # on 1/X of every array
         if stage < 3:  # AllGather the updated slices back into full replicated weights
-            new = jax.tree.map(lambda w, d: w if d < 0 else lax.all_gather(w, axis, axis=d, tiled=True, to="invarying"),
+            new = jax.tree.map(lambda w, d: w if d < 0 else compat.all_gather_invariant(w, axis, axis=d, tiled=True),
                                new, dims)
         return train.TrainState(new, opt), lax.pmean(loss, axis)
 

@@ -55,7 +55,7 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
     attn, mlp = tensor.blocks(cfg, model_axis)
 
     def local(state: train.TrainState, tokens: jax.Array):  # tokens [B/X, T+1] per device
-        params = jax.tree.map(lambda p, d: p if d >= 0 else lax.pcast(p, data_axis, to="varying"), state.params, dims)
+        params = jax.tree.map(lambda p, d: p if d >= 0 else compat.pvary(p, data_axis), state.params, dims)
         fn = jax.checkpoint(lambda s, t: fsdp.gathered_loss(s, t, cfg, dims, data_axis, attn=attn, mlp=mlp),
                             policy=fsdp.REGATHER)
         loss, grads = jax.value_and_grad(fn)(params, tokens)  # sharded grads arrive ReduceScattered over X

@@ -58,10 +58,10 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
             return lax.psum(g, AXES) / (s_ * x)
         shard = lax.psum_scatter(g, "data", scatter_dimension=d, tiled=True)  # ICI ReduceScatter -> [.., D/X, ..]
         shard = lax.psum(shard, "slice")  # DCN AllReduce of the shard only
-        return lax.all_gather(shard, "data", axis=d, tiled=True, to="invarying") / (s_ * x)  # ICI AllGather
+        return compat.all_gather_invariant(shard, "data", axis=d, tiled=True) / (s_ * x)  # ICI AllGather
 
     def local(state: train.TrainState, tokens: jax.Array):  # tokens [B/(S X), T+1] per chip
-        params = lax.pcast(state.params, AXES, to="varying")
+        params = compat.pvary(state.params, AXES)
         loss, grads = local_grads(lambda p, t: model.loss(p, t, cfg), params, tokens, 1, AXES)
         grads = jax.tree.map(reduce, grads, dims)
         new, opt = train.adam_update(hp, grads, state.opt, state.params)

@@ -7,7 +7,7 @@ collectives fuse into one AllReduce (an AllReduce = ReduceScatter + AllGather, s
 
 * MLP: W_gate / W_up column-parallel [D, F_Y], W_down row-parallel [F_Y, D]; each device makes
   a partial Out[B, D]{U_Y}. Forward: one AllReduce (psum) of the block output.
-  Backward: one AllReduce of dIn[B, D]{U_Y}: the transpose of ``lax.pcast(..., to="varying")``
+  Backward: one AllReduce of dIn[B, D]{U_Y}: the transpose of ``compat.pvary`` (a psum)
   applied once to the normalized block input (Megatron's "f" operator; the psum is its "g").
 * attention: heads sharded, W_Q [D, N_Y, H], W_K / W_V [D, K_Y, H], W_O [N_Y, H, D]; the same
   one AllReduce forward and one backward per block. Query head n uses KV head n // (N / K), so
@@ -59,7 +59,7 @@ def check_config(cfg: TransformerConfig, y: int) -> None:
 def blocks(cfg: TransformerConfig, axis: str):
     """(attn, mlp) residual branches for per-device weight shards: one psum forward, one backward each."""
     def attn(p, x):  # x [b, T, D] replicated over the model axis
-        y = lax.pcast(model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps), axis, to="varying")
+        y = compat.pvary(model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps), axis)
         q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [b, T, N/Y, H]
         k = jnp.einsum("btd,dkh->btkh", y, p["wk"])  # [b, T, K/Y, H]
         v = jnp.einsum("btd,dkh->btkh", y, p["wv"])  # [b, T, K/Y, H]
@@ -72,7 +72,7 @@ def blocks(cfg: TransformerConfig, axis: str):
         return out + p["bo"] if cfg.o_bias else out
 
     def mlp(p, x):  # x [b, T, D] replicated over the model axis
-        y = lax.pcast(model.norm(x, p["mlp_norm"], p.get("mlp_norm_bias"), cfg.norm_eps), axis, to="varying")
+        y = compat.pvary(model.norm(x, p["mlp_norm"], p.get("mlp_norm_bias"), cfg.norm_eps), axis)
         act = jax.nn.silu if cfg.activation == "silu" else jax.nn.gelu
         up = y @ p["w_up"]  # [b, T, F/Y]: column-parallel
         hidden = act(y @ p["w_gate"]) * up if cfg.gated_mlp else act(up)  # [b, T, F/Y]
@@ -102,7 +102,7 @@ def make_step(cfg: TransformerConfig, mesh: jax.sharding.Mesh, hp: train.Adam = 
     shapes = param_shapes(cfg)
 
     def local(state: train.TrainState, tokens: jax.Array):  # tokens [B/X, T+1] per device
-        params = state.params if data_axis is None else lax.pcast(state.params, data_axis, to="varying")
+        params = state.params if data_axis is None else compat.pvary(state.params, data_axis)
         fn = lambda p, t: stack_loss({k: v for k, v in p.items() if k != "layers"},  # noqa: E731
                                      lambda i: jax.tree.map(lambda a: a[i], p["layers"]), t, cfg, attn, mlp)
         loss, grads = jax.value_and_grad(fn)(params, tokens)
