@@ -107,3 +107,4 @@ def test_a_tpu_shaped_trace_is_read_per_core_and_step():
     assert [op.name for op in tr.on(1, 1)] == ["fusion.1", "all-gather-start", "fusion.2", "all-gather-done"]
     assert [op.kind for op in tr.on(1, 1)] == ["compute", "collective", "compute", "collective"]
     assert tr.on(1, 1)[2].duration_s == pytest.approx(3e-6, rel=1e-9)
+

@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat
 from scalelib.kernels import collective_matmul
 from scalelib.profiling import trace
+from scalelib.profiling.trace import synthetic
 
 STEPS = 3
 TPU_MODULE = "jit_step"
@@ -103,21 +104,11 @@ def tpu_shaped_xspace() -> bytes:
     Per core and step: fusion.1 (2 us), all-gather-start (0.5 us), fusion.2 (3 us) while the gather is
     in flight, all-gather-done (1 us): the gather is in flight 4.5 us, 3 of them under fusion.2.
     """
-    from jax.profiler import ProfileData
-
-    names = ["jit_step(7)", "fusion.1", "all-gather-start", "fusion.2", "all-gather-done"]
-    planes = []
+    ops = []
     for core in range(2):
-        modules, ops = [], []
         for step in range(2):
-            t = 10_000 * step + 500 * core  # ns
-            modules.append(f"events {{ metadata_id: 1 offset_ps: {t * 1000} duration_ps: {9_000_000} }}")
-            for meta, dur in ((2, 2000), (3, 500), (4, 3000), (5, 1000)):
-                ops.append(f"events {{ metadata_id: {meta} offset_ps: {t * 1000} duration_ps: {dur * 1000} }}")
+            t = 10.0 * step + 0.5 * core  # us
+            for name, dur in (("fusion.1", 2.0), ("all-gather-start", 0.5), ("fusion.2", 3.0), ("all-gather-done", 1.0)):
+                ops.append((core, step, name, t * 1e-6, dur * 1e-6))
                 t += dur
-        meta = " ".join(f'event_metadata {{ key: {i} value {{ id: {i} name: "{n}" }} }}'
-                        for i, n in enumerate(names, start=1))
-        planes.append(f'planes {{ id: {core + 1} name: "/device:TPU:{core}" '
-                      f'lines {{ id: 1 name: "XLA Modules" timestamp_ns: 0 {" ".join(modules)} }} '
-                      f'lines {{ id: 2 name: "XLA Ops" timestamp_ns: 0 {" ".join(ops)} }} {meta} }}')
-    return ProfileData.text_proto_to_serialized_xspace(" ".join(planes))
+    return synthetic.device_trace(ops, TPU_MODULE)

@@ -8,7 +8,8 @@
 * ``summary``: the ops that dominate, time per kind per device, communication hidden under compute
   vs exposed; ``critical``: the chain of ops that set a step's length; ``predict``: each op's time
   next to the time its FLOPs and bytes predict on a measured roofline (``scalelib.machine``).
-* ``plot``: a timeline with one row per device, and an export Perfetto's UI opens.
+* ``plot``: a timeline with one row per device, and an export Perfetto's UI opens; ``synthetic``: a trace
+  laid out as an accelerator writes it (device planes, async collectives) from op times you choose.
 
 Only ``scalelib.compat`` knows how JAX versions differ in parsing a trace and in naming XLA:CPU ops.
 """
@@ -28,6 +29,7 @@ from scalelib.profiling.trace.summary import (
                                               step_span,
                                               time_by_kind,
 )
+from scalelib.profiling.trace.synthetic import device_trace
 
 __all__ = [
                                               "KINDS",
@@ -45,6 +47,7 @@ __all__ = [
                                               "capture",
                                               "comm_overlap",
                                               "critical_path",
+    "device_trace",
                                               "index_hlo",
                                               "op_stats",
                                               "predicted_vs_measured",
