@@ -21,41 +21,17 @@ from scalelib.profiling.trace.plot import timeline, to_perfetto
 from scalelib.profiling.trace.predict import OpPrediction, predicted_vs_measured, roofline_time_s
 from scalelib.profiling.trace.read import OpRun, Trace, TraceError, read
 from scalelib.profiling.trace.summary import (
-                                              CommOverlap,
-                                              KindTimes,
-                                              OpStat,
-                                              comm_overlap,
-                                              op_stats,
-                                              step_span,
-                                              time_by_kind,
+    CommOverlap,
+    KindTimes,
+    OpStat,
+    comm_overlap,
+    op_stats,
+    step_span,
+    time_by_kind,
 )
 from scalelib.profiling.trace.synthetic import device_trace
 
-__all__ = [
-                                              "KINDS",
-                                              "Capture",
-                                              "CommOverlap",
-                                              "CriticalPath",
-                                              "HloInstruction",
-                                              "KindTimes",
-                                              "OpPrediction",
-                                              "OpRun",
-                                              "OpStat",
-                                              "PathSegment",
-                                              "Trace",
-                                              "TraceError",
-                                              "capture",
-                                              "comm_overlap",
-                                              "critical_path",
-    "device_trace",
-                                              "index_hlo",
-                                              "op_stats",
-                                              "predicted_vs_measured",
-                                              "read",
-                                              "roofline_time_s",
-                                              "scope_of",
-                                              "step_span",
-                                              "time_by_kind",
-                                              "timeline",
-                                              "to_perfetto",
-]
+__all__ = ["KINDS", "Capture", "CommOverlap", "CriticalPath", "HloInstruction", "KindTimes", "OpPrediction", "OpRun",
+           "OpStat", "PathSegment", "Trace", "TraceError", "capture", "comm_overlap", "critical_path", "device_trace",
+           "index_hlo", "op_stats", "predicted_vs_measured", "read", "roofline_time_s", "scope_of", "step_span",
+           "time_by_kind", "timeline", "to_perfetto"]
