@@ -127,8 +127,9 @@ def _events(pd) -> list[dict]:
                 if "hlo_op" in stats or on_device_ops:
                     if open_op is not None and ev.start_ns < open_op["end"]:
                         open_op["container"] = True  # a loop or call around this op
+                    device = stats.get("device_ordinal", dev_plane.group(2) if dev_plane else 0)
                     open_op = {"name": str(stats.get("hlo_op", ev.name)), "module": str(stats.get("hlo_module", "")),
-                               "device": int(stats.get("device_ordinal", dev_plane.group(2) if dev_plane else 0)),
+                               "device": int(device or 0),
                                "run": stats.get("run_id"), "start": ev.start_ns, "end": ev.start_ns + ev.duration_ns,
                                "wait": 0.0, "peers": (), "thread": line.name, "platform": platform}
                     if open_op["run"] is None:  # a device plane: the step is the module run around the op
