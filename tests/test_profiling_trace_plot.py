@@ -6,6 +6,7 @@ import json
 import matplotlib.pyplot as plt
 
 from scalelib.profiling import trace
+from scalelib.profiling.trace import plot
 from tests import trace_cases
 
 
@@ -16,11 +17,11 @@ def test_timeline_draws_one_row_per_device_and_a_bar_per_op():
         assert [t.get_text() for t in ax.get_yticklabels()] == [f"device {d}" for d in range(8)]
         step = tr.step(-1)
         waits = sum(op.wait_s > 0 for op in step)
-        bars = [c for c in ax.collections if c.get_facecolor()[0][:3].tolist() != [0.4666666666666667] * 3]
-        assert len(bars) == len(step) + waits  # a collective that waited is drawn in two colours
-        labels = {t.get_text() for t in ax.texts}
-        assert labels <= {"up_projection", "down_projection"} and labels  # named scopes are labelled
-        assert ax.get_legend() is not None
+        spans = sum(len(plot._scope_spans(tr.on(d, step[0].step))) for d in tr.devices)
+        assert len(ax.collections) == len(step) + waits + spans  # a collective that waited is drawn in two colours
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == [*plot.COLOURS, "scope down_projection", "scope up_projection"]  # named scopes are labelled
+        assert {t.get_text() for t in ax.texts} <= {"up_projection", "down_projection"}
     finally:
         plt.close(ax.figure)
     ax = trace.timeline(trace_cases.case("ring_loop").trace, step=0, devices=[0, 3], scopes=False)
@@ -30,7 +31,7 @@ def test_timeline_draws_one_row_per_device_and_a_bar_per_op():
 
 def test_overlapping_ops_get_their_own_lanes():
     ops = tuple(trace.OpRun(n, 0, 0, s, d, "compute") for n, s, d in (("a", 0.0, 2.0), ("b", 1.0, 2.0), ("c", 2.5, 1.0)))
-    lanes = trace.plot._lanes(ops)
+    lanes = plot._lanes(ops)
     assert [lanes[id(o)] for o in ops] == [(0, 2), (1, 2), (0, 2)]
 
 

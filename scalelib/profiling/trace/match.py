@@ -55,12 +55,13 @@ def scope_of(op_name: str) -> str:
 
     ``"jit(step)/up/dot_general"`` -> ``"up"``; transformations stay visible around the scope they
     apply to (``"transpose(jvp(up))"`` is the backward pass of ``up``); the levels JAX adds itself
-    (``shard_map``, a loop's ``while/body``, ``closed_call``, nested ``jit(...)``) are dropped.
+    (``shard_map``, a loop's ``while/body``, ``closed_call``, nested ``jit(...)``, an einsum's
+    ``"btd,df->btf"``) are dropped.
     """
     parts = op_name.split("/")
     if len(parts) < 3:
         return ""
-    middle = [p for p in parts[1:-1] if p not in _JAX_LEVELS and not re.fullmatch(r"p?jit\(.*\)", p)]
+    middle = [p for p in parts[1:-1] if p not in _JAX_LEVELS and "->" not in p and not re.fullmatch(r"p?jit\(.*\)", p)]
     return "/".join(middle)
 
 

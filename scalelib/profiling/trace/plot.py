@@ -23,6 +23,7 @@ from scalelib.profiling.trace.read import OpRun, Trace
 from scalelib.profiling.trace.summary import step_span
 
 COLOURS = {"compute": "#4C72B0", "collective": "#DD8452", "waiting": "#C9C9C9", "copy": "#55A868"}
+SCOPE_COLOURS = ("#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
 
 
 def _lanes(ops: Sequence[OpRun]) -> dict[int, tuple[int, int]]:
@@ -51,14 +52,22 @@ def _scope_spans(ops: Sequence[OpRun]) -> list[tuple[str, float, float]]:
 
 def timeline(trace: Trace, step: int = -1, ax: Axes | None = None, devices: Sequence[int] | None = None,
              scopes: bool = True) -> Axes:
-    """Draw step ``step`` (default: the last): one row per device, time in ms from the step's start."""
+    """Draw step ``step`` (default: the last): one row per device, time in ms from the step's start.
+
+    Each named scope gets its own colour in the band under the ops (and in the legend); its name is
+    also written on the band wherever the band is wide enough to hold it.
+    """
     ops = trace.step(step)
     devices = list(devices) if devices is not None else sorted({op.device for op in ops})
     t0, t1 = step_span(ops)
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.55 * len(devices) + 1.2))
-    ms = lambda t: (t - t0) * 1e3
-    label_min = 0.06 * (t1 - t0)
+    def ms(t: float) -> float:
+        return (t - t0) * 1e3
+
+    names = sorted({op.scope for op in ops if op.scope})
+    scope_colour = {name: SCOPE_COLOURS[i % len(SCOPE_COLOURS)] for i, name in enumerate(names)}
+    char_s = 0.0075 * (t1 - t0)  # about one character of the labels, in seconds of the axis
     for row, device in enumerate(devices):
         mine = [op for op in ops if op.device == device]
         lanes = _lanes(mine)
@@ -73,17 +82,17 @@ def timeline(trace: Trace, step: int = -1, ax: Axes | None = None, devices: Sequ
                            color=COLOURS[op.kind], edgecolor="white", linewidth=0.3)
         if scopes:
             for scope, start, end in _scope_spans(mine):
-                ax.broken_barh([(ms(start), (end - start) * 1e3)], (row + 0.33, 0.1), color="#777777")
-                if end - start >= label_min:
-                    ax.text(ms(start), row + 0.47, scope, fontsize=7, va="bottom", ha="left", clip_on=True)
+                ax.broken_barh([(ms(start), (end - start) * 1e3)], (row + 0.33, 0.12), color=scope_colour[scope])
+                if end - start >= char_s * (len(scope) + 1):
+                    ax.text(ms(start), row + 0.5, scope, fontsize=7, va="bottom", ha="left", clip_on=True)
     ax.set_yticks(range(len(devices)), [f"device {d}" for d in devices])
-    ax.set_ylim(len(devices) - 0.4, -0.6)
+    ax.set_ylim(len(devices) - 0.35, -0.6)
     ax.set_xlim(0, ms(t1))
     ax.set_xlabel(f"ms from the start of step {ops[0].step}")
     handles = [Patch(color=c, label=k) for k, c in COLOURS.items()]
     if scopes:
-        handles.append(Patch(color="#777777", label="named scope"))
-    ax.legend(handles=handles, ncol=len(handles), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.18),
+        handles += [Patch(color=scope_colour[name], label=f"scope {name}") for name in names]
+    ax.legend(handles=handles, ncol=min(len(handles), 5), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
               frameon=False)
     ax.set_title(f"{trace.module}: {len(devices)} devices, {len(ops)} op runs")
     return ax

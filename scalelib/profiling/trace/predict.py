@@ -53,7 +53,7 @@ def busy_s(op: OpRun) -> float:
 
 
 def predicted_vs_measured(trace: Trace, roofline: MeasuredRoofline, step: int | None = None) -> tuple[OpPrediction, ...]:
-    """Every op with known FLOPs or bytes, measured against its roofline time; slowest ratio first.
+    """Every op with known FLOPs or bytes, measured against its roofline time; longest measured first.
 
     Needs a trace read with the compiled HLO (``read(capture)`` or ``read(..., hlo_text=...)``).
     """
@@ -70,4 +70,4 @@ def predicted_vs_measured(trace: Trace, roofline: MeasuredRoofline, step: int | 
         predicted, bound = roofline_time_s(rs[0].flops, rs[0].bytes, roofline)
         out.append(OpPrediction(name, rs[0].kind, rs[0].scope, len(rs), rs[0].flops, rs[0].bytes,
                                 statistics.median(busy_s(r) for r in rs), predicted, bound))
-    return tuple(sorted(out, key=lambda p: (-p.ratio, p.name)))
+    return tuple(sorted(out, key=lambda p: (-p.measured_s, p.name)))
