@@ -5,10 +5,11 @@
     python3 course.py test   # make .venv and .venv-floor, install the pinned test sets, run the whole suite
 
 `test` runs two suites one after the other and fails if either fails:
-  current: everything (unit tests, book answers, grading end to end, every solution notebook) in .venv,
-           on today's JAX (.ci/constraints.txt);
+  current: unit tests, book answers, grading end to end and every solution notebook in .venv, on
+           today's JAX (.ci/constraints.txt);
   floor:   the library tests and every solution notebook again in .venv-floor, on the lowest JAX the
-           package declares, as Colab ships it (.ci/constraints-floor.txt). Grading runs on one version.
+           package declares, as Colab ships it (.ci/constraints-floor.txt), plus every released chapter
+           run top to bottom as a student's Run All would. Grading runs on one version.
 Extra arguments after `test` go to pytest in both suites; `--suite current` or `--suite floor` (first) runs one.
 Each environment is refreshed when pyproject.toml or its constraints file changes.
 """
@@ -49,8 +50,9 @@ FLOOR = Env("floor", ROOT / ".venv-floor", ROOT / ".ci" / "constraints-floor.txt
 # Two workers; each file (and each notebook) stays on one worker.
 PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--nbval-lax"]
 SUITES = {
-    CURRENT.name: (CURRENT, [*PYTEST_BASE, "tests", "solutions"]),
-    # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX.
+    CURRENT.name: (CURRENT, [*PYTEST_BASE, "-m", "not student", "tests", "solutions"]),
+    # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX;
+    # the released chapters' Run All (marked `student`) runs on the JAX Colab ships.
     FLOOR.name: (FLOOR, [*PYTEST_BASE, "-m", "not grading", "tests", "solutions"]),
 }
 
@@ -84,7 +86,10 @@ def run_suite(name: str, pytest_args: list[str]) -> tuple[int, float]:
     env, args = SUITES[name]
     ensure_env(env, "test", pinned=True)
     print(f"\n=== {name} suite ({env.path.name}, {env.constraints.name}) ===", flush=True)
-    environ = dict(os.environ, PATH=f"{env.bin}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg")
+    # SCALELIB_STRICT_CHECKS: an exercise that still raises its stub fails its visible checks (see
+    # scalelib.exercise.visible_checks), so a solution notebook that reaches a stub fails CI.
+    environ = dict(os.environ, PATH=f"{env.bin}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg",
+                   SCALELIB_STRICT_CHECKS="1")
     start = time.perf_counter()
     code = subprocess.run([str(env.python), "-m", "pytest", *args, *pytest_args], cwd=ROOT, env=environ).returncode
     return code, time.perf_counter() - start
