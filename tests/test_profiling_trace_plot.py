@@ -4,6 +4,7 @@ import gzip
 import json
 
 import matplotlib.pyplot as plt
+import pytest
 
 from scalelib.profiling import trace
 from scalelib.profiling.trace import plot
@@ -48,3 +49,14 @@ def test_perfetto_export_holds_every_op_per_device(tmp_path):
         assert names == {f"device {d}" for d in tr.devices}
         first = min(ops, key=lambda e: e["ts"])
         assert first["ts"] == 0 and {"step", "scope", "flops", "bytes"} <= set(first["args"])
+
+
+def test_short_steps_are_drawn_in_microseconds_and_touching_ops_share_a_lane():
+    ops = [(0, 0, "fusion.1", 0.0, 2e-6), (0, 0, "all-gather-start", 2e-6, 0.5e-6), (0, 0, "fusion.2", 2.5e-6, 3e-6)]
+    tr = trace.read(trace.device_trace(ops))
+    ax = trace.timeline(tr)
+    try:
+        assert ax.get_xlabel() == "us from the start of step 0" and ax.get_xlim()[1] == pytest.approx(5.5)
+        assert {lane for lane, _ in plot._lanes(tr.ops).values()} == {0}
+    finally:
+        plt.close(ax.figure)

@@ -108,3 +108,13 @@ def test_a_tpu_shaped_trace_is_read_per_core_and_step():
     assert [op.kind for op in tr.on(1, 1)] == ["compute", "collective", "compute", "collective"]
     assert tr.on(1, 1)[2].duration_s == pytest.approx(3e-6, rel=1e-9)
 
+
+
+def test_the_median_step_is_a_typical_one():
+    spans = {(0, 1.0, 2.0), (1, 3.0, 9.0), (2, 10.0, 11.5)}  # lengths 1, 6, 1.5 us
+    ops = tuple(trace.OpRun("f", 0, k, a * 1e-6, (b - a) * 1e-6, "compute") for k, a, b in spans)
+    assert trace.Trace("jit_f", "cpu", ops).median_step == 2
+    tr = trace_cases.case("ffw").trace
+    lengths = sorted(trace.step_span(tr.step(k))[1] - trace.step_span(tr.step(k))[0] for k in range(STEPS))
+    k = tr.median_step
+    assert trace.step_span(tr.step(k))[1] - trace.step_span(tr.step(k))[0] == lengths[(STEPS - 1) // 2]

@@ -23,6 +23,7 @@ from scalelib.profiling.trace.read import OpRun, Trace
 from scalelib.profiling.trace.summary import step_span
 
 COLOURS = {"compute": "#4C72B0", "collective": "#DD8452", "waiting": "#C9C9C9", "copy": "#55A868"}
+_TOUCH_S = 1e-12  # ops closer than a picosecond (the trace's resolution) follow each other
 SCOPE_COLOURS = ("#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974", "#64B5CD")
 
 
@@ -31,7 +32,7 @@ def _lanes(ops: Sequence[OpRun]) -> dict[int, tuple[int, int]]:
     ends: list[float] = []
     lane_of = {}
     for op in sorted(ops, key=lambda o: o.start_s):
-        lane = next((i for i, end in enumerate(ends) if end <= op.start_s), len(ends))
+        lane = next((i for i, end in enumerate(ends) if end <= op.start_s + _TOUCH_S), len(ends))
         if lane == len(ends):
             ends.append(op.end_s)
         ends[lane] = op.end_s
@@ -52,7 +53,7 @@ def _scope_spans(ops: Sequence[OpRun]) -> list[tuple[str, float, float]]:
 
 def timeline(trace: Trace, step: int = -1, ax: Axes | None = None, devices: Sequence[int] | None = None,
              scopes: bool = True) -> Axes:
-    """Draw step ``step`` (default: the last): one row per device, time in ms from the step's start.
+    """Draw step ``step`` (default: the last): one row per device, time from the step's start (ms or us).
 
     Each named scope gets its own colour in the band under the ops (and in the legend); its name is
     also written on the band wherever the band is wide enough to hold it.
@@ -62,8 +63,10 @@ def timeline(trace: Trace, step: int = -1, ax: Axes | None = None, devices: Sequ
     t0, t1 = step_span(ops)
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.55 * len(devices) + 1.2))
-    def ms(t: float) -> float:
-        return (t - t0) * 1e3
+    unit, per_s = ("ms", 1e3) if t1 - t0 >= 1e-3 else ("us", 1e6)
+
+    def at(t: float) -> float:  # time on the axis, in `unit` from the step's start
+        return (t - t0) * per_s
 
     names = sorted({op.scope for op in ops if op.scope})
     scope_colour = {name: SCOPE_COLOURS[i % len(SCOPE_COLOURS)] for i, name in enumerate(names)}
@@ -77,24 +80,24 @@ def timeline(trace: Trace, step: int = -1, ax: Axes | None = None, devices: Sequ
             y = row - 0.31 + lane * height
             wait = min(op.wait_s, op.duration_s)
             if wait > 0:
-                ax.broken_barh([(ms(op.start_s), wait * 1e3)], (y, height), color=COLOURS["waiting"])
-            ax.broken_barh([(ms(op.start_s + wait), (op.duration_s - wait) * 1e3)], (y, height),
+                ax.broken_barh([(at(op.start_s), wait * per_s)], (y, height), color=COLOURS["waiting"])
+            ax.broken_barh([(at(op.start_s + wait), (op.duration_s - wait) * per_s)], (y, height),
                            color=COLOURS[op.kind], edgecolor="white", linewidth=0.3)
         if scopes:
             for scope, start, end in _scope_spans(mine):
-                ax.broken_barh([(ms(start), (end - start) * 1e3)], (row + 0.33, 0.12), color=scope_colour[scope])
+                ax.broken_barh([(at(start), (end - start) * per_s)], (row + 0.33, 0.12), color=scope_colour[scope])
                 if end - start >= char_s * (len(scope) + 1):
-                    ax.text(ms(start), row + 0.5, scope, fontsize=7, va="bottom", ha="left", clip_on=True)
+                    ax.text(at(start), row + 0.5, scope, fontsize=7, va="bottom", ha="left", clip_on=True)
     ax.set_yticks(range(len(devices)), [f"device {d}" for d in devices])
     ax.set_ylim(len(devices) - 0.35, -0.6)
-    ax.set_xlim(0, ms(t1))
-    ax.set_xlabel(f"ms from the start of step {ops[0].step}")
+    ax.set_xlim(0, at(t1))
+    ax.set_xlabel(f"{unit} from the start of step {ops[0].step}")
     handles = [Patch(color=c, label=k) for k, c in COLOURS.items()]
     if scopes:
         handles += [Patch(color=scope_colour[name], label=f"scope {name}") for name in names]
-    ax.legend(handles=handles, ncol=min(len(handles), 5), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+    ax.legend(handles=handles, ncol=min(len(handles), 5), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.2),
               frameon=False)
-    ax.set_title(f"{trace.module}: {len(devices)} devices, {len(ops)} op runs")
+    ax.set_title(f"{trace.module}: {len(devices)} devices, {sum(op.device in devices for op in ops)} op runs")
     return ax
 
 

@@ -80,6 +80,15 @@ class Trace:
     def steps(self) -> int:
         return 1 + max(op.step for op in self.ops)
 
+    @property
+    def median_step(self) -> int:
+        """The step of median length (first op to last op over all devices): a typical step to look at."""
+        spans = {}
+        for op in self.ops:
+            lo, hi = spans.get(op.step, (op.start_s, op.end_s))
+            spans[op.step] = (min(lo, op.start_s), max(hi, op.end_s))
+        return sorted(spans, key=lambda k: (spans[k][1] - spans[k][0], k))[(len(spans) - 1) // 2]
+
     def step(self, k: int) -> tuple[OpRun, ...]:
         """The ops of step ``k`` (negative counts from the end)."""
         k = k + self.steps if k < 0 else k
