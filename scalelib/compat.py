@@ -168,7 +168,11 @@ def _quiet_stderr() -> Iterator[None]:
     import sys
 
     sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no descriptor 2 to silence (a closed stderr): nothing to do
+        yield
+        return
     try:
         os.dup2(devnull, 2)
         yield
