@@ -24,6 +24,8 @@ def test_capture_into_a_directory_keeps_the_files(tmp_path):
     assert cap.directory == str(tmp_path) and len(files) == 1 and files[0].read_bytes() == cap.xspace
     from_dir = trace.read(tmp_path, hlo_text=cap.hlo_text)
     assert from_dir.steps == 2 and from_dir.devices == (0,) and from_dir.ops == trace.read(cap).ops
+    again = trace.capture(f, jnp.ones((8, 8)), steps=1, directory=tmp_path)  # often within the same second
+    assert trace.read(again).steps == 1 and trace.read(tmp_path, hlo_text=cap.hlo_text).steps == 1
 
 
 def test_bad_arguments_say_what_to_do():

@@ -64,13 +64,15 @@ def capture(fn: Callable[..., Any], *args: Any, steps: int = 3, warmup: int = 1,
         jax.block_until_ready(fn(*args))
     with _PROFILER, tempfile.TemporaryDirectory(prefix="scalelib-trace-") as tmp:
         where = Path(directory) if directory is not None else Path(tmp)
-        before = set(where.rglob("*.xplane.pb"))
+        before = {p: p.stat().st_mtime_ns for p in where.rglob("*.xplane.pb")}
         start = time.perf_counter()
         with compat.profiler_trace(str(where)):
             for _ in range(steps):
                 jax.block_until_ready(fn(*args))
         capture_s = time.perf_counter() - start
-        written = sorted(set(where.rglob("*.xplane.pb")) - before, key=lambda p: p.stat().st_mtime)
+        # a capture in the same second as the last one rewrites that one's file: look at times, not names
+        written = sorted((p for p in where.rglob("*.xplane.pb") if before.get(p) != p.stat().st_mtime_ns),
+                         key=lambda p: p.stat().st_mtime_ns)
         if not written:
             raise RuntimeError(f"jax.profiler.trace wrote no .xplane.pb under {where}; is another profiler "
                                "session running in this process?")
