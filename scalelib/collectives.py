@@ -28,6 +28,12 @@ from typing import Literal, Sequence
 from scalelib.topology import RingAxis, Slice
 
 Op = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+# The collectives' names, defined once: section 3.3's four, then every kind a compiled program holds
+# (XLA spells them with hyphens: all-gather, ..., collective-permute), and the book's spelling.
+OPS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+KINDS: tuple[str, ...] = OPS + ("collective_permute",)
+BOOK_NAMES: dict[str, str] = {"all_gather": "AllGather", "reduce_scatter": "ReduceScatter", "all_reduce": "AllReduce",
+                              "all_to_all": "AllToAll", "collective_permute": "CollectivePermute"}
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ def _book_axis_s(op: Op, axis: RingAxis, bidirectional: bool, v_bytes: float) ->
 # ------------------------------------------------------------------ several axes
 
 def _check_op(op: str) -> None:
-    if op not in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+    if op not in OPS:
         raise ValueError(f"op must be all_gather, reduce_scatter, all_reduce or all_to_all, got {op!r}")
 
 

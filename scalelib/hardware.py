@@ -28,6 +28,8 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from scalelib.validate import non_negative
+
 Dtype = Literal["bf16", "int8"]
 
 
@@ -263,3 +265,13 @@ def get_chip(name: str) -> Chip:
         if chip.name.lower().replace("tpu", "").replace(" ", "") == wanted:
             return chip
     raise KeyError(f"unknown chip {name!r}; known chips: {', '.join(CHIPS)}")
+
+
+def chips_to_hold(total_bytes: float, chip: Chip) -> float:
+    """Chips' worth of HBM that ``total_bytes`` fill (a fraction: 8.75 for 140 GB on v5e)."""
+    return non_negative("total_bytes", total_bytes) / chip.hbm_bytes
+
+
+def min_chips_to_hold(total_bytes: float, chip: Chip) -> int:
+    """Fewest whole chips whose HBM holds ``total_bytes`` spread evenly, at least one (sections 6.2, 8.1)."""
+    return max(1, math.ceil(chips_to_hold(total_bytes, chip) - 1e-9))

@@ -15,7 +15,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-_HLO_OP = re.compile(r"\b(all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
+from scalelib.collectives import KINDS
+from scalelib.dtypes import DTYPE_BYTES as _ALL_DTYPE_BYTES
+from scalelib.dtypes import HLO_TYPES
+
+_HLO_NAMES = "|".join(k.replace("_", "-") for k in KINDS)  # all-gather|...|collective-permute
+COLLECTIVE_OP = re.compile(rf"\b({_HLO_NAMES})(?:-start)?\(")  # one collective instruction of HLO text
 _GROUPS = re.compile(r"replica_groups=(\{\{[\d,{} ]*\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
                      r"|mesh\[[^\]]*\](?:,\s*device_ids=\(\[[\d,]+\](?:T\([\d,]+\))?\))?\s*\{[^}]*\})")
 
@@ -72,7 +77,7 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
             by_groups.setdefault(_axis_groups(shape, axes), tuple(a for a in shape if a in axes))
     out = []
     for line in hlo_text.splitlines():
-        op = _HLO_OP.search(line)
+        op = COLLECTIVE_OP.search(line)
         if not op or "-done(" in line:
             continue
         g = _GROUPS.search(line)
@@ -81,9 +86,9 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     return tuple(out)
 
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8}
-_RESULT = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(?:all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
+# Bytes per element of each type HLO prints (scalelib.dtypes holds the numbers).
+DTYPE_BYTES: dict[str, int] = {name: int(_ALL_DTYPE_BYTES[name]) for name in HLO_TYPES}
+_RESULT = re.compile(rf"=\s*(\(?[^=]*?\)?)\s+(?:{_HLO_NAMES})(?:-start)?\(")
 _ARRAY = re.compile(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]")
 
 
@@ -112,7 +117,7 @@ def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[Collec
     """Every collective in compiled HLO text, in program order, with its axes and result bytes."""
     hlo_text = re.sub(r"/\*index=\d+\*/", "", hlo_text)  # XLA numbers long tuple types with comments
     kinds = hlo_collectives(hlo_text, mesh_shape)
-    lines = [ln for ln in hlo_text.splitlines() if _HLO_OP.search(ln) and "-done(" not in ln]
+    lines = [ln for ln in hlo_text.splitlines() if COLLECTIVE_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))
 
 

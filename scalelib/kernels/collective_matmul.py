@@ -35,27 +35,14 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
-from scalelib import compat, ring_collectives
+from scalelib import collectives, compat, ring_collectives
+from scalelib.ring_collectives import ring, send
 from scalelib.hardware import Chip, Dtype
 from scalelib.sharding import Sharding
 
 Kind = Literal["all_gather", "reduce_scatter", "all_reduce"]
-KINDS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_reduce")
+KINDS: tuple[str, ...] = collectives.OPS[:3]  # the collective each kind hides: all but AllToAll
 _HI = jax.lax.Precision.HIGHEST
-
-
-def _ring(axis_name: str) -> tuple[int, jax.Array]:
-    """(ring size N, this device's position i) along ``axis_name``."""
-    try:
-        return jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
-    except NameError as err:
-        raise ValueError(f"axis {axis_name!r} is not an axis of the enclosing shard_map ({err}); "
-                         "call this inside compat.shard_map over a mesh that has that axis") from err
-
-
-def _send(x: jax.Array, axis_name: str, n: int, step: int) -> jax.Array:
-    """Every device passes ``x`` to its neighbour ``step`` (+1 or -1) round the ring."""
-    return jax.lax.ppermute(x, axis_name, [(j, (j + step) % n) for j in range(n)])
 
 
 def _mm(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -75,7 +62,7 @@ def _half(size: int, what: str, n: int) -> int:
 def allgather_matmul(a_block: jax.Array, w_block: jax.Array, axis_name: str,
                      bidirectional: bool = False) -> jax.Array:
     """Per device: a_block [B/X, D/N], w_block [D, F/N] -> [B/X, F/N] = AllGather_N(A) . W."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     d_blk = a_block.shape[1]  # columns of A per device
     if w_block.shape[0] != n * d_blk:
         raise ValueError(f"W has {w_block.shape[0]} rows per device but A's column blocks add up to "
@@ -88,18 +75,18 @@ def allgather_matmul(a_block: jax.Array, w_block: jax.Array, axis_name: str,
     if not bidirectional:
         held = a_block  # after k hops: A's column block of device i - k
         for k in range(1, n):
-            held = _send(held, axis_name, n, +1)
+            held = send(held, axis_name, n, +1)
             out = out + _mm(held, rows(i - k))
     else:
         right = left = a_block  # after k hops: blocks of devices i - k and i + k
         for k in range(1, n // 2 + 1):
             if n % 2 == 0 and k == n // 2:  # the opposite device: one half from each side
                 h = _half(d_blk, f"A's column block (D/{n})", n)
-                lo = _send(right[:, :h], axis_name, n, +1)  # [B/X, h]
-                hi = _send(left[:, h:], axis_name, n, -1)  # [B/X, D/N - h]
+                lo = send(right[:, :h], axis_name, n, +1)  # [B/X, h]
+                hi = send(left[:, h:], axis_name, n, -1)  # [B/X, D/N - h]
                 out = out + _mm(lo, rows(i - k, 0, h)) + _mm(hi, rows(i + k, h, d_blk - h))
             else:
-                right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+                right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
                 out = out + _mm(right, rows(i - k)) + _mm(left, rows(i + k))
     return out.astype(jnp.result_type(a_block, w_block))
 
@@ -113,7 +100,7 @@ def _place(full: jax.Array, piece: jax.Array, first: bool) -> jax.Array:
 def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str,
                           bidirectional: bool = False) -> jax.Array:
     """Per device: t_block [B/X, F/N], w_block [F/N, D] -> [B/X, D/N] = ReduceScatter_N(T . W)."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     if w_block.shape[0] != t_block.shape[1]:
         raise ValueError(f"Tmp has {t_block.shape[1]} columns per device but W2 has {w_block.shape[0]} rows; "
                          f"shard both over {axis_name!r} along the contracted dim F")
@@ -129,7 +116,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
     if not bidirectional or n == 1:
         acc = part(i - 1)  # partial sum bound for device i - 1, N - 1 hops away going +1
         for k in range(1, n):
-            acc = _send(acc, axis_name, n, +1) + part(i - 1 - k)  # now bound for device i - 1 - k
+            acc = send(acc, axis_name, n, +1) + part(i - 1 - k)  # now bound for device i - 1 - k
         return acc.astype(jnp.result_type(t_block, w_block))
     m, even = n // 2, n % 2 == 0
     # right moves +1 and is bound for device i + m - k after k hops; left moves -1, bound for i - m + k.
@@ -138,7 +125,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
     right = part(i + m, 0, h)  # [B/X, h]
     left = part(i - m, h, d_blk - h) if even else part(i - m)  # [B/X, D/N - h] or [B/X, D/N]
     for k in range(1, m + 1):
-        right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+        right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
         if k < m:
             right = _place(part(i + m - k), right, first=True)  # [B/X, D/N]
             left = _place(part(i - m + k), left, first=False)
@@ -149,7 +136,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
 def matmul_all_reduce(a_block: jax.Array, w_block: jax.Array, axis_name: str, bidirectional: bool = False,
                       num_tiles: int = 1) -> jax.Array:
     """Per device: a_block [B/X, D/N], w_block [D/N, F] -> [B/X, F] = AllReduce_N(A . W), tiled over F."""
-    n, _ = _ring(axis_name)
+    n, _ = ring(axis_name)
     f = w_block.shape[1]
     if not (isinstance(num_tiles, int) and num_tiles >= 1) or f % (num_tiles * n):
         raise ValueError(f"F ({f}) is cut into num_tiles={num_tiles!r} tiles of {n} blocks (one per device "

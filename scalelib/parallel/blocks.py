@@ -22,6 +22,7 @@ from jax.ad_checkpoint import checkpoint_name
 from scalelib import compat, model
 from scalelib import transformer_flops as fl
 from scalelib.parallel.flops import StepFlops, adam_flops
+from scalelib.parallel.scheme import Collective
 from scalelib.parallel.specs import dim_of
 from scalelib.transformer import TransformerConfig
 
@@ -45,6 +46,22 @@ def gathered_loss(shards: dict, tokens: jax.Array, cfg: TransformerConfig, specs
         return {k: gather(v[i], specs["layers"][k], True) for k, v in shards["layers"].items()}
 
     return model.stack_loss(cfg, top, layer_at, tokens, hooks)
+
+
+def gathered_collectives(top_key: str, local_bytes: int, split: bool, n_layers: int, x: int,
+                         axis: str) -> list[Collective]:
+    """The collectives ``gathered_loss`` runs for one weight of ``local_bytes`` (its part outside ``axis``):
+    per use (each layer, or once) an AllGather forward, another backward (but for the embedding,
+    whose gradient is a scatter-add that never reads it) and a ReduceScatter of its gradient; a
+    weight ``axis`` does not split has its gradient AllReduced instead."""
+    ax = (axis,)
+    if not split:
+        return [Collective("all_reduce", ax, local_bytes)]
+    uses = n_layers if top_key == "layers" else 1
+    out = [Collective("all_gather", ax, local_bytes // uses, uses, "forward")]
+    if top_key != "embed":
+        out.append(Collective("all_gather", ax, local_bytes // uses, uses, "backward"))
+    return out + [Collective("reduce_scatter", ax, local_bytes // uses // x, uses)]
 
 
 def tensor_hooks(axis: str) -> model.LayerHooks:

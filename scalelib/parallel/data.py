@@ -67,11 +67,6 @@ class DataParallel(Scheme):
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, axes_size(mesh_shape, self.axes), self.axes, self.microbatches)
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        self.check_mesh(mesh_shape)
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.REPLICATED

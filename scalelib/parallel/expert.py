@@ -32,7 +32,7 @@ from scalelib import param_axes as pa
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
-from scalelib.parallel.common import MeshShape, check_mesh_axes, is_spec, n_elements, param_shapes, place
+from scalelib.parallel.common import MeshShape, is_spec, n_elements, param_shapes, place
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -117,16 +117,13 @@ class ExpertParallel(Scheme):
             raise ValueError(f"batch {batch} must be a multiple of the '{self.axis}' axis size {n_dev} (tokens are "
                              "split over the same axis as the experts)")
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        check_mesh_axes(mesh_shape, self.mesh_axes, "expert parallelism")
+
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         if not cfg.is_moe:
             raise ValueError("expert parallelism needs an MoE config (n_experts > 0), got n_experts=0")
         if cfg.n_experts % mesh_shape[self.axis]:
             raise ValueError(f"n_experts={cfg.n_experts} must be a multiple of the '{self.axis}' axis size "
                              f"{mesh_shape[self.axis]}")
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return (("experts", self.axis),)

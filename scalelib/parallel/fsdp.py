@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat, model, train
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
-from scalelib.parallel.blocks import REGATHER, gathered_loss
+from scalelib.parallel.blocks import REGATHER, gathered_collectives, gathered_loss
 from scalelib.parallel.common import MeshShape, axes_size, check_batch, is_spec, local_grads, nbytes, param_shapes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
@@ -73,11 +73,6 @@ class FSDP(Scheme):
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, axes_size(mesh_shape, self.axis), self.axis)
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        self.check_mesh(mesh_shape)
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def optimizer_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.fsdp_rules(self.axis)
@@ -161,18 +156,12 @@ class FSDP(Scheme):
         shapes = param_shapes(cfg)
         opt = specs.param_specs(shapes, self.optimizer_rules(mesh_shape), mesh_shape)
         for (path, s), spec in zip(jax.tree_util.tree_leaves_with_path(shapes), jax.tree.leaves(opt, is_leaf=is_spec)):
-            full = nbytes(s)
-            if specs.dim_of(spec, self.axis) is None:
-                out.append(Collective("all_reduce", ax, full))
-            elif self.stage < 3:
+            full, split = nbytes(s), specs.dim_of(spec, self.axis) is not None
+            if self.stage == 3 or not split:
+                out += gathered_collectives(path[0].key, full, split, cfg.n_layers, n, self.axis)
+            else:
                 first = Collective("all_reduce", ax, full) if self.stage == 1 else Collective("reduce_scatter", ax, full // n)
                 out += [first, Collective("all_gather", ax, full, phase="optimizer")]
-            else:
-                uses = cfg.n_layers if path[0].key == "layers" else 1
-                out.append(Collective("all_gather", ax, full // uses, uses, "forward"))
-                if path[0].key != "embed":
-                    out.append(Collective("all_gather", ax, full // uses, uses, "backward"))
-                out.append(Collective("reduce_scatter", ax, full // uses // n, uses))
         return tuple(out) + (Collective("all_reduce", ax, 4, phase="loss"),)
 
     def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:

@@ -25,8 +25,9 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat
 from scalelib.parallel import specs
-from scalelib.parallel.blocks import REGATHER, check_heads_and_width, gathered_loss, sharded_step_flops, tensor_hooks
-from scalelib.parallel.common import MeshShape, check_batch, check_mesh_axes, is_spec, nbytes, param_shapes
+from scalelib.parallel.blocks import (REGATHER, check_heads_and_width, gathered_collectives, gathered_loss,
+                                      sharded_step_flops, tensor_hooks)
+from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes, param_shapes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
 from scalelib.parallel.layout import Layout
@@ -54,17 +55,14 @@ class FSDPTensor(Scheme):
         return (self.data_axis, self.model_axis)
 
     def _sizes(self, mesh_shape: MeshShape) -> tuple[int, int]:
-        check_mesh_axes(mesh_shape, self.mesh_axes, "FSDP x TP")
         return mesh_shape[self.data_axis], mesh_shape[self.model_axis]
 
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, self._sizes(mesh_shape)[0], self.data_axis)
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
+
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         check_heads_and_width(cfg, self._sizes(mesh_shape)[1])
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.tensor_rules(self.model_axis) + specs.fsdp_rules(self.data_axis)
@@ -97,20 +95,14 @@ class FSDPTensor(Scheme):
         act = batch // x * seq_len * cfg.d_model * 4  # [B/X, T, D] float32
         out = [Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "forward"),
                Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
-        dx, shapes = (self.data_axis,), param_shapes(cfg)
+        shapes = param_shapes(cfg)
         leaves = zip(jax.tree_util.tree_leaves_with_path(shapes),
                      jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
         for (path, s), spec in leaves:
             local = nbytes(s) // (y if specs.dim_of(spec, self.model_axis) is not None else 1)  # gathered over X
-            if specs.dim_of(spec, self.data_axis) is None:
-                out.append(Collective("all_reduce", dx, local))
-                continue
-            uses = cfg.n_layers if path[0].key == "layers" else 1
-            out.append(Collective("all_gather", dx, local // uses, uses, "forward"))
-            if path[0].key != "embed":
-                out.append(Collective("all_gather", dx, local // uses, uses, "backward"))
-            out.append(Collective("reduce_scatter", dx, local // uses // x, uses))
-        return tuple(out) + (Collective("all_reduce", dx, 4, phase="loss"),)
+            split = specs.dim_of(spec, self.data_axis) is not None
+            out += gathered_collectives(path[0].key, local, split, cfg.n_layers, x, self.data_axis)
+        return tuple(out) + (Collective("all_reduce", (self.data_axis,), 4, phase="loss"),)
 
     def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:
         """As tensor parallelism on B / X sequences (gathering weights recomputes no matmul), Adam on the

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scalelib import hardware
 from scalelib import transformer as tf
 from scalelib import transformer_memory as tmem
 from scalelib.hardware import Chip
@@ -122,8 +123,7 @@ def memory_per_chip(layout: Layout, cfg: tf.TransformerConfig, global_batch_toke
 
 def min_chips_for_memory(total: ChipMemory | float, chip: Chip) -> int:
     """Fewest chips whose HBM holds ``total`` bytes if spread evenly (section 6.2)."""
-    total_bytes = total.total_bytes if isinstance(total, ChipMemory) else float(total)
-    return max(1, math.ceil(total_bytes / chip.hbm_bytes - 1e-9))
+    return hardware.min_chips_to_hold(total.total_bytes if isinstance(total, ChipMemory) else float(total), chip)
 
 
 def max_params_data_parallel(chip: Chip, state: StateBytes = BOOK_ADAM) -> float:

@@ -29,7 +29,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import collectives, compat, hardware, model
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, specs
-from scalelib.parallel.common import MeshShape, check_batch, check_mesh_axes, is_spec, local_grads, n_elements, \
+from scalelib.parallel.common import MeshShape, check_batch, is_spec, local_grads, n_elements, \
     nbytes, param_shapes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
@@ -58,18 +58,12 @@ class Multislice(Scheme):
         return AXES
 
     def _sizes(self, mesh_shape: MeshShape) -> tuple[int, int]:
-        check_mesh_axes(mesh_shape, AXES, "multislice data parallelism")
         return mesh_shape["slice"], mesh_shape["data"]
 
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         s_, x = self._sizes(mesh_shape)
         check_batch(batch, s_ * x, AXES)
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        self._sizes(mesh_shape)
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.REPLICATED

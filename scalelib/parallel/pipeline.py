@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import model, train
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, specs
-from scalelib.parallel.common import MeshShape, check_mesh_axes, is_spec, nbytes, param_shapes, place
+from scalelib.parallel.common import MeshShape, is_spec, nbytes, param_shapes, place
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -68,15 +68,12 @@ class Pipeline(Scheme):
         if batch % self.microbatches:
             raise ValueError(f"batch {batch} is not a multiple of n_microbatches={self.microbatches}")
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        check_mesh_axes(mesh_shape, self.mesh_axes, "pipeline parallelism")
+
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         n_stages = mesh_shape[self.axis]
         if cfg.n_layers % n_stages:
             raise ValueError(f"n_layers={cfg.n_layers} must split evenly over {n_stages} stages; "
                              "pick a stage count that divides it")
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return (("layers", self.axis),)

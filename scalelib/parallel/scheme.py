@@ -102,10 +102,16 @@ class Scheme(abc.ABC):
         """Raise a clear error unless the mesh has the axes this scheme runs over."""
         check_mesh_axes(mesh_shape, self.mesh_axes, f"{self.name} parallelism")
 
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
+        """Raise a clear error for a model this scheme cannot split over the mesh (default: any model)."""
+
     def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
               seq_len: int | None = None) -> None:
-        """Raise a clear error for a model, mesh or batch this scheme cannot run (default: the mesh)."""
+        """Raise a clear error for a mesh, model or batch [batch, seq_len + 1] this scheme cannot run."""
         self.check_mesh(mesh_shape)
+        self.check_model(cfg, mesh_shape)
+        if batch is not None or seq_len is not None:
+            self.check_batch(batch or 0, seq_len or 0, mesh_shape)
 
     @abc.abstractmethod
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:

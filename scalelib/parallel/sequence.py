@@ -32,7 +32,7 @@ from scalelib import compat, model
 from scalelib import transformer_flops as fl
 from scalelib.kernels.flash_attention import finalize_softmax_state, init_softmax_state, online_softmax_update
 from scalelib.parallel import specs
-from scalelib.parallel.common import MeshShape, check_mesh_axes, n_elements, param_shapes
+from scalelib.parallel.common import MeshShape, n_elements, param_shapes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.registry import register
@@ -110,11 +110,6 @@ class SequenceParallel(Scheme):
             raise ValueError(f"sequence length {seq_len} (tokens [B, T+1]) must be a multiple of the '{self.axis}' "
                              f"axis size {n_dev}")
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
-        check_mesh_axes(mesh_shape, self.mesh_axes, "sequence parallelism")
-        if seq_len is not None:
-            self.check_batch(batch or 0, seq_len, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.REPLICATED

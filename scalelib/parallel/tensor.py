@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat, model, train
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import check_heads_and_width, sharded_step_flops, tensor_hooks
-from scalelib.parallel.common import MeshShape, check_batch, check_mesh_axes, is_spec, nbytes, param_shapes
+from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes, param_shapes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
@@ -62,17 +62,14 @@ class TensorParallel(Scheme):
 
     def _sizes(self, mesh_shape: MeshShape) -> tuple[int, int]:
         """(X, Y): devices along the data axis (1 without one) and along the model axis."""
-        check_mesh_axes(mesh_shape, self.mesh_axes, "tensor parallelism")
         return (mesh_shape[self.data_axis] if self.data_axis else 1), mesh_shape[self.model_axis]
 
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, self._sizes(mesh_shape)[0], self.data_axis or self.model_axis)
 
-    def check(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int | None = None,
-              seq_len: int | None = None) -> None:
+
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         check_heads_and_width(cfg, self._sizes(mesh_shape)[1])
-        if batch is not None:
-            self.check_batch(batch, seq_len or 0, mesh_shape)
 
     def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
         return specs.tensor_rules(self.model_axis)
