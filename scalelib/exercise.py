@@ -12,7 +12,7 @@ import contextlib
 import math
 import random
 import types
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NoReturn, cast
 
 import numpy as np
 
@@ -26,10 +26,10 @@ class ExerciseError(AssertionError):
 def plain_number(value: object, name: str = "answer") -> float:
     """``value`` as a Python float, accepting only real numbers (not bool, not look-alikes)."""
     if type(value) in _NUMBER_TYPES:
-        out = float(value)
-    elif isinstance(value, np.generic) and type(value).__module__ == "numpy" and np.issubdtype(value.dtype, np.number):
-        out = float(value.item())
-    elif type(value) is np.ndarray and value.shape == () and np.issubdtype(value.dtype, np.number):
+        out = float(cast(float, value))
+    elif (isinstance(value, np.generic) and type(value).__module__ == "numpy"
+          and np.issubdtype(value.dtype, np.number)) \
+            or (type(value) is np.ndarray and value.shape == () and np.issubdtype(value.dtype, np.number)):
         out = float(value.item())
     elif type(value).__module__.startswith("jax") and getattr(value, "shape", None) == ():
         out = float(np.asarray(value).item())
@@ -75,7 +75,7 @@ def check_array_close(got: object, want: object, rtol: float, atol: float, name:
         )
 
 
-def _disabled(*args, **kwargs):
+def _disabled(*args: object, **kwargs: object) -> NoReturn:
     # Runs with the globals of the function it replaces, so it may only use builtins.
     raise AssertionError(
         "this exercise is checked without the scalelib function it asks you to write; "

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from scalelib.validate import non_negative
 
@@ -255,7 +255,8 @@ def variant(chip: Chip, field: str) -> Chip:
             f"the book gives no second value for {chip.name}.{field}; "
             f"fields with a variant for this chip: {known or 'none'}"
         )
-    return dataclasses.replace(chip, **{field: BOOK_VARIANTS[key][0]})
+    changes: dict[str, Any] = {field: BOOK_VARIANTS[key][0]}
+    return dataclasses.replace(chip, **changes)
 
 
 def get_chip(name: str) -> Chip:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import permutations
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -32,17 +33,21 @@ def _parse_groups(text: str, n_devices: int) -> frozenset | None:
                          for g in re.findall(r"\{([\d, ]*)\}", text[1:-1]))
     if text.startswith("["):  # iota form: [groups,size]<=[dims]T(perm)
         m = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+        if m is None:
+            return None
         shape, dims = [int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]
-        ids = np.arange(math.prod(dims)).reshape(dims)
+        iota: np.ndarray = np.arange(math.prod(dims)).reshape(dims)
         if m.group(3):
-            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
-        return frozenset(frozenset(int(x) for x in row) for row in ids.reshape(shape[0], -1))
+            iota = iota.transpose([int(x) for x in m.group(3).split(",")])
+        return frozenset(frozenset(int(x) for x in row) for row in iota.reshape(shape[0], -1))
     # mesh form: mesh['a'=2,'b'=4] {'b'}, optionally with device_ids=([dims]T(perm)) renumbering
     m = re.match(r"mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?\s*\{([^}]*)\}", text)
-    sizes = dict((k, int(v)) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1)))
+    if m is None:
+        return None
+    sizes = {k: int(v) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1))}
     if math.prod(sizes.values()) != n_devices:
         return None
-    ids = np.arange(n_devices)
+    ids: np.ndarray = np.arange(n_devices)
     if m.group(2):
         ids = ids.reshape([int(x) for x in m.group(2).split(",")])
         if m.group(3):
@@ -67,11 +72,9 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     matching the replica groups against each set of mesh axes (None for collective-permute,
     whose pairs are not groups, or for groups that match no set of axes).
     """
-    from itertools import permutations
-
     shape = dict(mesh_shape)
     n = math.prod(shape.values())
-    by_groups = {}
+    by_groups: dict[frozenset, tuple[str, ...]] = {}
     for r in range(len(shape), 0, -1):
         for axes in permutations(shape, r):
             by_groups.setdefault(_axis_groups(shape, axes), tuple(a for a in shape if a in axes))
@@ -121,6 +124,6 @@ def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[Collec
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))
 
 
-def compiled_hlo(jitted, *args) -> str:
+def compiled_hlo(jitted: Any, *args: Any) -> str:
     """HLO text of ``jitted`` (a jax.jit function) compiled for ``args`` (arrays or ShapeDtypeStructs)."""
     return jitted.lower(*args).compile().as_text()

@@ -21,7 +21,7 @@ or slice them) and ``token_nll`` is the one head (final norm, unembedding, log-s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +33,7 @@ Params = dict
 AttentionFn = Callable[..., jax.Array]  # (q [B,T,N,H], k [B,S,K,H], v [B,S,K,H], causal) -> [B,T,N,H]
 
 
-def small_config(**changes) -> TransformerConfig:
+def small_config(**changes: Any) -> TransformerConfig:
     """A tiny GQA model that runs in well under a second on a CPU (about 0.1M parameters)."""
     base = TransformerConfig(vocab_size=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
                              d_ff=128, name="small")
@@ -48,13 +48,13 @@ def _check_model_config(cfg: TransformerConfig) -> None:
         raise ValueError(f"rotary embeddings rotate pairs of features, so head_dim must be even, got {cfg.head_dim}")
 
 
-def init(key: jax.Array, cfg: TransformerConfig, dtype=jnp.float32) -> Params:
+def init(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> Params:
     """Random parameters: weights ~ N(0, 1/fan_in), norm scales 1, biases 0."""
     _check_model_config(cfg)
     d, L, n, kh, h, f = cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ff_width
     keys = iter(jax.random.split(key, 16))
 
-    def w(shape, fan_in):
+    def w(shape: tuple[int, ...], fan_in: int) -> jax.Array:
         return (jax.random.normal(next(keys), shape, jnp.float32) * fan_in ** -0.5).astype(dtype)
 
     ones, zeros = (lambda *s: jnp.ones(s, dtype)), (lambda *s: jnp.zeros(s, dtype))
@@ -265,7 +265,7 @@ _POLICIES = {
 }
 
 
-def _layer_fn(cfg: TransformerConfig, attention_fn: AttentionFn, remat: str):
+def _layer_fn(cfg: TransformerConfig, attention_fn: AttentionFn, remat: str) -> Callable[[dict, jax.Array], jax.Array]:
     """One layer x [B, T, D] -> [B, T, D] wrapped in the checkpointing that ``remat`` asks for.
 
     Policies as in ``scalelib.transformer_memory.saved_activation_elements``: 'full' checkpoints
@@ -313,7 +313,7 @@ def forward(params: Params, tokens: jax.Array, cfg: TransformerConfig, *, remat:
     return logits(cfg, params, x)  # [B, T, V]
 
 
-def loss(params: Params, tokens: jax.Array, cfg: TransformerConfig, **forward_kw) -> jax.Array:
+def loss(params: Params, tokens: jax.Array, cfg: TransformerConfig, **forward_kw: Any) -> jax.Array:
     """Mean next-token cross entropy: position t predicts token t + 1 (the last position has no target)."""
     x = hidden_states(params, tokens[:, :-1], cfg, **forward_kw)  # [B, T-1, D]
     return token_nll(cfg, params, x, tokens[:, 1:]).mean()

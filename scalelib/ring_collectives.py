@@ -18,6 +18,7 @@ collective ops XLA compiles a program into.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.extend.core as jex_core
@@ -57,7 +58,7 @@ def _check_halves(x: jax.Array, what: str) -> int:
 def all_gather(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax.Array:
     """AllGather along dim 0: [S, ...] per device -> [N * S, ...], shards in device order."""
     n, i = ring(axis_name)
-    pieces = [None] * n  # pieces[o]: shard of device i + o, [S, ...]
+    pieces: list[Any] = [None] * n  # pieces[o]: shard of device i + o, [S, ...]
     pieces[0] = x
     if not bidirectional:
         buf = x
@@ -135,7 +136,7 @@ def all_to_all(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax
         raise ValueError(f"dim 0 of the input ({x.shape[0]}) must be a multiple of the ring size {n}")
     chunks = x.reshape((n, x.shape[0] // n) + x.shape[1:])  # [N, C, ...] by destination
     mine = chunks[(i + jnp.arange(n)) % n]  # [N, C, ...]: mine[o] is for device i + o
-    got = [None] * n  # got[o]: chunk that device i + o sent here
+    got: list[Any] = [None] * n  # got[o]: chunk that device i + o sent here
     got[0] = mine[0]
     right_hops, left_hops = (n // 2, (n - 1) // 2) if bidirectional else (n - 1, 0)
     right = mine[1 : right_hops + 1]  # for devices i+1 .. i+right_hops
@@ -154,7 +155,7 @@ OPS = {"all_gather": all_gather, "reduce_scatter": reduce_scatter,
        "all_reduce": all_reduce, "all_to_all": all_to_all}
 
 
-def on_mesh(fn, mesh: jax.sharding.Mesh, in_specs, out_specs):
+def on_mesh(fn: Callable, mesh: jax.sharding.Mesh, in_specs: Any, out_specs: Any) -> Callable:
     """``fn`` run per device over ``mesh`` (shard_map), jitted."""
     return jax.jit(compat.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
 
@@ -172,7 +173,7 @@ class PpermuteTrace:
     shifts: frozenset  # ring offsets used, e.g. {1, -1}
 
 
-def _sub_jaxprs(eqn):
+def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
     for value in eqn.params.values():
         for v in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(v, jex_core.ClosedJaxpr):
@@ -181,9 +182,12 @@ def _sub_jaxprs(eqn):
                 yield v
 
 
-def _walk(jaxpr, in_depths: list[int], found: list) -> list[int]:
-    depth = {v: d for v, d in zip(jaxpr.invars, in_depths)}
-    get = lambda v: depth.get(v, 0) if not isinstance(v, jex_core.Literal) else 0
+def _walk(jaxpr: Any, in_depths: list[int], found: list) -> list[int]:
+    depth = dict(zip(jaxpr.invars, in_depths))
+
+    def get(v: Any) -> int:
+        return depth.get(v, 0) if not isinstance(v, jex_core.Literal) else 0
+
     for eqn in jaxpr.eqns:
         d_in = max((get(v) for v in eqn.invars), default=0)
         if eqn.primitive.name == "ppermute":
@@ -206,7 +210,7 @@ def _walk(jaxpr, in_depths: list[int], found: list) -> list[int]:
     return [get(v) for v in jaxpr.outvars]
 
 
-def trace_ppermutes(fn, *args) -> PpermuteTrace:
+def trace_ppermutes(fn: Callable, *args: Any) -> PpermuteTrace:
     """Trace ``fn(*args)`` and count its ppermutes (per device: shard_map bodies see local shapes)."""
     closed = jax.make_jaxpr(fn)(*args)
     found: list = []
@@ -217,6 +221,6 @@ def trace_ppermutes(fn, *args) -> PpermuteTrace:
         shifts=frozenset().union(*(s for _, s in found)))
 
 
-def compiled_collectives(fn, *args) -> set[str]:
+def compiled_collectives(fn: Any, *args: Any) -> set[str]:
     """Collective op kinds in the HLO that XLA compiles ``fn`` (a jitted function) into."""
     return set(hlo.COLLECTIVE_OP.findall(fn.lower(*args).compile().as_text()))

@@ -137,7 +137,8 @@ def einsum_cost(spec: str, sizes: Mapping[str, int], dtype_bytes: float | Mappin
     return OpCost(flops=float(flops), bytes=float(num_bytes))
 
 
-def matmul_cost(batch: int, d: int, f: int, act_bytes: float = 2, weight_bytes: float = 2, out_bytes: float | None = None) -> OpCost:
+def matmul_cost(batch: int, d: int, f: int, act_bytes: float = 2, weight_bytes: float = 2,
+                out_bytes: float | None = None) -> OpCost:
     """x[B, D] @ W[D, F] -> y[B, F]: 2BDF FLOPs, BD + DF + BF elements moved."""
     out_bytes = act_bytes if out_bytes is None else out_bytes
     return einsum_cost("bd,df->bf", {"b": batch, "d": d, "f": f},

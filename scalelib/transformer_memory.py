@@ -105,7 +105,7 @@ class ActivationMemory:
         return self.saved_bytes + self.live_layer_bytes
 
 
-def activation_memory(cfg: TransformerConfig, batch: int, seq_len: int, policy: RematPolicy = "none",
+def activation_memory(cfg: TransformerConfig, batch: float, seq_len: int, policy: RematPolicy = "none",
                       dtype_bytes: float = 2) -> ActivationMemory:
     """Activation bytes of one training step of ``batch`` x ``seq_len`` tokens under ``policy``."""
     tokens = batch * seq_len

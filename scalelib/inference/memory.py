@@ -42,7 +42,7 @@ class Replica:
     chip: Chip
     chips: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.chips, int) and self.chips >= 1):
             raise ValueError(f"chips must be a positive int, got {self.chips!r}")
 

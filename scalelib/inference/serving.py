@@ -11,7 +11,6 @@ Step and prefill times come from ``step_time``; this module turns them into rate
 
 from __future__ import annotations
 
-import math
 
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype

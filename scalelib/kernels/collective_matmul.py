@@ -30,7 +30,7 @@ compares, round by round, the time of the chunk products with the time of the bl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
@@ -68,7 +68,7 @@ def allgather_matmul(a_block: jax.Array, w_block: jax.Array, axis_name: str,
         raise ValueError(f"W has {w_block.shape[0]} rows per device but A's column blocks add up to "
                          f"{n} x {d_blk} = {n * d_blk}; shard A as [B, D_{axis_name}] and W as [D, F_{axis_name}]")
 
-    def rows(owner, lo: int = 0, size: int = d_blk) -> jax.Array:  # W rows matching A's block `owner`
+    def rows(owner: Any, lo: int = 0, size: int = d_blk) -> jax.Array:  # W rows matching A's block `owner`
         return jax.lax.dynamic_slice_in_dim(w_block, (owner % n) * d_blk + lo, size, axis=0)  # [size, F/N]
 
     out = _mm(a_block, rows(i))  # [B/X, F/N]: own block first, while the first hop is under way
@@ -109,7 +109,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
                          f"{axis_name!r}, which does not divide it; pick D a multiple of {n}")
     d_blk = w_block.shape[1] // n
 
-    def part(owner, lo: int = 0, size: int = d_blk) -> jax.Array:  # this device's share of a block
+    def part(owner: Any, lo: int = 0, size: int = d_blk) -> jax.Array:  # this device's share of a block
         cols = jax.lax.dynamic_slice_in_dim(w_block, (owner % n) * d_blk + lo, size, axis=1)  # [F/N, size]
         return _mm(t_block, cols)  # [B/X, size], partial over F
 
@@ -165,6 +165,7 @@ def shardings(kind: Kind, ring_axis: str = "Y", batch_axis: str | None = "X") ->
     _check_kind(kind)
     b = (batch_axis,) if batch_axis else ()
     y = (ring_axis,)
+    dims: tuple[Any, Any]
     if kind == "all_gather":
         dims = (("B", "D"), ("D", "F"), ("B", "F")), ((b, y), ((), y), (b, y))
     elif kind == "reduce_scatter":
@@ -172,15 +173,17 @@ def shardings(kind: Kind, ring_axis: str = "Y", batch_axis: str | None = "X") ->
     else:
         dims = (("B", "D"), ("D", "F"), ("B", "F")), ((b, y), (y, ()), (b, ()))
     names = ("Tmp" if kind == "reduce_scatter" else "A", "W", "Out")
-    return tuple(Sharding(d, a, (), nm) for d, a, nm in zip(*dims, names))
+    lhs, rhs, out = (Sharding(d, a, (), nm) for d, a, nm in zip(*dims, names))
+    return lhs, rhs, out
 
 
 def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str | None = None,
-            bidirectional: bool = False, num_tiles: int = 1):
+            bidirectional: bool = False, num_tiles: int = 1) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """``f(x, w) -> x @ w`` computed by the ``kind`` collective matmul over ``mesh`` (shard_map + jit).
 
-    x is [B, K] and w [K, N], global. Inputs are placed on the shardings of ``shardings(kind, ring_axis, batch_axis)`` inside the jit,
-    so any array (placed or not) may be passed; global shapes are checked first with a clear error.
+    x is [B, K] and w [K, N], global. Inputs are placed on the shardings of
+    ``shardings(kind, ring_axis, batch_axis)`` inside the jit, so any array (placed or not) may be
+    passed; global shapes are checked first with a clear error.
     """
     _check_kind(kind)
     names = tuple(mesh.axis_names)
@@ -200,14 +203,14 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     put = lambda v, s: jax.device_put(v, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
     jitted = jax.jit(lambda x, w: body(put(x, lhs), put(w, rhs)))
 
-    def run(x, w):
+    def run(x: jax.Array, w: jax.Array) -> jax.Array:
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"expected x [B, K] and w [K, N] with matching K, got {x.shape} and {w.shape}")
         for s, shape in ((lhs, x.shape), (rhs, w.shape), (out, (x.shape[0], w.shape[1]))):
             s.local_shape(shape, mesh)  # says which mesh axis fails to divide which dim
         return jitted(x, w)
 
-    run.jitted = jitted  # for lowering / compiled-HLO checks
+    run.jitted = jitted  # type: ignore[attr-defined]  # for lowering / compiled-HLO checks
     return run
 
 

@@ -20,7 +20,7 @@ decorated ``@registry.register`` (shared pieces live in ``common``, ``specs``, `
 is the order the planner lists schemes in.
 """
 
-from scalelib.parallel import data, fsdp, tensor, fsdp_tp, pipeline, expert, multislice, sequence  # noqa: F401, I001
+from scalelib.parallel import data, fsdp, tensor, fsdp_tp, pipeline, expert, multislice, sequence  # noqa: F401
 from scalelib.parallel.registry import SCHEMES, get, names
 from scalelib.parallel.scheme import Collective, MemoryPrediction, Scheme
 

@@ -91,7 +91,7 @@ def local_grads(loss_fn: Callable, params: Any, tokens: jax.Array, microbatches:
     b_local = tokens.shape[0]
     mbs = tokens.reshape(microbatches, b_local // microbatches, tokens.shape[1])  # [M, B/(X M), T+1]
 
-    def body(carry, mb):  # mb [B/(X M), T+1] per device
+    def body(carry: tuple, mb: jax.Array) -> tuple[tuple, None]:  # mb [B/(X M), T+1] per device
         loss_sum, g_sum = carry
         loss, g = jax.value_and_grad(loss_fn)(params, mb)
         return (loss_sum + loss, jax.tree.map(jnp.add, g_sum, g)), None

@@ -15,7 +15,7 @@ activation memory drops to one microbatch. ``remat`` and ``scan_layers`` go to `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import jax
 from jax import lax
@@ -77,14 +77,14 @@ class DataParallel(Scheme):
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         axes, n = as_axes(self.axes), axes_size(mesh_shape, self.axes)
 
-        def local(params, tokens):  # tokens [B/X, T+1] per device
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1] per device
             check_batch(tokens.shape[0] * n, n, axes, self.microbatches)
             # pvary makes the weights "varying": their gradient is this device's alone (no implicit
             # sum), so the AllReduce below is the only one in the program.
             mine = compat.pvary(params, axes)
             loss_fn = lambda p, t: model.loss(p, t, cfg, remat=self.remat, scan_layers=self.scan_layers)  # noqa: E731
             loss, grads = local_grads(loss_fn, mine, tokens, self.microbatches, axes)
-            grads = jax.tree.map(lambda g: lax.pmean(g, axes), grads)  # AllReduce over X: the backward's only collective
+            grads = jax.tree.map(lambda g: lax.pmean(g, axes), grads)  # AllReduce over X: the only collective
             return lax.pmean(loss, axes), grads  # [] global mean loss
 
         return local
@@ -124,7 +124,7 @@ def shard_inputs(state, tokens, mesh, axes="data"):  # noqa: ANN001, ANN201
     return DataParallel(axes).shard_inputs(state, tokens, mesh)
 
 
-def make_step(cfg, mesh, hp=train.Adam(), **kw):  # noqa: ANN001, ANN003, ANN201, B008
+def make_step(cfg, mesh, hp=train.Adam(), **kw):  # noqa: ANN001, ANN003, ANN201
     grads = kw.pop("return_grads", False)
     return DataParallel(**kw).make_step(cfg, mesh, hp, return_grads=grads)
 
@@ -138,7 +138,7 @@ def predicted_memory_bytes(cfg, mesh_shape, batch, seq_len, **kw):  # noqa: ANN0
 
 
 def state_specs(state, param_spec):  # noqa: ANN001, ANN201
-    return train.TrainState(param_spec, train.AdamState(P(), param_spec, param_spec))
+    return train.TrainState(param_spec, train.AdamState(P(), param_spec, param_spec))  # type: ignore[arg-type]
 
 
 from scalelib.parallel.common import replicated  # noqa: E402, F401

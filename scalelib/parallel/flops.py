@@ -64,10 +64,10 @@ class PipelineFlops(StepFlops):
     body once, at its costliest op (a B op), plus Adam outside the loop.
     """
 
-    forward_op: fl.FlopsBreakdown = fl.FlopsBreakdown(0, 0, 0, 0, 0, 0)  # one F op on one microbatch
-    backward_op: fl.FlopsBreakdown = fl.FlopsBreakdown(0, 0, 0, 0, 0, 0)  # one B op: recompute + backward
-    n_microbatches: int = 1
-    n_ticks: int = 2
+    forward_op: fl.FlopsBreakdown  # one F op on one microbatch
+    backward_op: fl.FlopsBreakdown  # one B op: recompute + backward
+    n_microbatches: int
+    n_ticks: int
 
     @property
     def compiled_flops(self) -> float:

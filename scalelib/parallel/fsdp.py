@@ -97,7 +97,7 @@ class FSDP(Scheme):
         dims = self._dims(cfg, mesh_shape)
         opt_specs = specs.param_specs(param_shapes(cfg), self.optimizer_rules(mesh_shape), mesh_shape)
 
-        def local(params, tokens):  # tokens [B/X, T+1] per device
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1] per device
             vary = lambda p, d: compat.pvary(p, axis) if (d < 0 or self.stage < 3) else p  # noqa: E731
             mine = jax.tree.map(vary, params, dims)  # gradients below are this device's alone
             if self.stage == 3:
@@ -160,7 +160,8 @@ class FSDP(Scheme):
             if self.stage == 3 or not split:
                 out += gathered_collectives(path[0].key, full, split, cfg.n_layers, n, self.axis)
             else:
-                first = Collective("all_reduce", ax, full) if self.stage == 1 else Collective("reduce_scatter", ax, full // n)
+                first = Collective("all_reduce", ax, full) if self.stage == 1 else \
+                    Collective("reduce_scatter", ax, full // n)
                 out += [first, Collective("all_gather", ax, full, phase="optimizer")]
         return tuple(out) + (Collective("all_reduce", ax, 4, phase="loss"),)
 
@@ -195,7 +196,7 @@ def shard_inputs(state, tokens, mesh, *, stage=3, axis="data"):  # noqa: ANN001,
     return FSDP(stage, axis).shard_inputs(state, tokens, mesh)
 
 
-def make_step(cfg, mesh, hp=train.Adam(), *, stage=3, axis="data"):  # noqa: ANN001, ANN201, B008
+def make_step(cfg, mesh, hp=train.Adam(), *, stage=3, axis="data"):  # noqa: ANN001, ANN201
     return FSDP(stage, axis).make_step(cfg, mesh, hp)
 
 

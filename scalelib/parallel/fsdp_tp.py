@@ -17,7 +17,7 @@ split): the book's reason for combining them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import jax
 from jax import lax
@@ -78,7 +78,7 @@ class FSDPTensor(Scheme):
         def split(spec: P) -> bool:
             return specs.dim_of(spec, data_axis) is not None
 
-        def local(params, tokens):  # tokens [B/X, T+1] per device
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1] per device
             mine = jax.tree.map(lambda p, s: p if split(s) else compat.pvary(p, data_axis), params, param_specs)
             fn = jax.checkpoint(lambda s, t: gathered_loss(s, t, cfg, param_specs, data_axis, hooks), policy=REGATHER)
             loss, grads = jax.value_and_grad(fn)(mine, tokens)  # split grads arrive ReduceScattered over X

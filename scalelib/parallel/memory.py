@@ -10,14 +10,15 @@ from the book's count of D-sized checkpoints per layer.
 Sharding (a ``Layout``): the layout's scheme says into how many pieces it cuts the state
 (``Scheme.state_shards``: DP replicates it; FSDP, tensor parallelism and pipelining cut it by their
 degrees; expert parallelism cuts only the expert weights); activations are split across every
-chip that holds different tokens or a different slice of them. Gathered weights in flight, the optimizer's temporaries and XLA's scratch
-space are not counted.
+chip that holds different tokens or a different slice of them. Gathered weights in flight, the
+optimizer's temporaries and XLA's scratch space are not counted.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from scalelib import hardware
 from scalelib import transformer as tf
@@ -97,7 +98,7 @@ def activation_bytes(cfg: tf.TransformerConfig, tokens: float, seq_len: int, rem
     if remat not in tf.REMAT_POLICIES:
         raise ValueError(f"remat must be one of {tf.REMAT_POLICIES}, 'mlp_outputs' or a number of D-sized "
                          f"checkpoints per layer, got {remat!r}")
-    return tmem.activation_memory(cfg, tokens / seq_len, seq_len, remat, dtype_bytes).peak_bytes
+    return tmem.activation_memory(cfg, tokens / seq_len, seq_len, cast(tf.RematPolicy, remat), dtype_bytes).peak_bytes
 
 
 def training_memory(cfg: tf.TransformerConfig, tokens: float, seq_len: int, remat: str | float = "full",

@@ -88,7 +88,7 @@ class Multislice(Scheme):
             shard = lax.psum(shard, "slice")  # DCN AllReduce of the shard only
             return compat.all_gather_invariant(shard, "data", axis=d, tiled=True) / (s_ * x)  # ICI AllGather
 
-        def local(params, tokens):  # tokens [B/(S X), T+1] per chip
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/(S X), T+1] per chip
             mine = compat.pvary(params, AXES)
             loss, grads = local_grads(lambda p, t: model.loss(p, t, cfg), mine, tokens, 1, AXES)
             return lax.pmean(loss, AXES), jax.tree.map(reduce, grads, dims)

@@ -18,7 +18,7 @@ buffer, of which ``Schedule.peak_in_flight`` slots are ever live: M for GPipe, a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -91,11 +91,12 @@ class Pipeline(Scheme):
         up = [(s, s + 1) for s in range(n_st - 1)]
         down = [(s + 1, s) for s in range(n_st - 1)]
 
-        def stage_fwd(layers, shared, x_in, tok):  # x_in [b, T, D], tok [b, T+1] -> [b, T, D]
+        def stage_fwd(layers: Any, shared: Any, x_in: jax.Array, tok: jax.Array) -> jax.Array:
+            """x_in [b, T, D] (the stage below's output), tok [b, T+1] -> [b, T, D]."""
             x = jnp.where(jax.lax.axis_index(axis) == 0, shared["embed"][tok[:, :-1]], x_in)  # [b, T, D]
             return model.run_layers(cfg, x, lambda j: jax.tree.map(lambda a: a[j], layers), range(cfg.n_layers // n_st))
 
-        def local(params, tokens):  # tokens [B, T+1] replicated
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B, T+1] replicated
             self.check_batch(tokens.shape[0], tokens.shape[1] - 1, mesh_shape)
             tokens = tokens.reshape(m, tokens.shape[0] // m, tokens.shape[1])  # [M, b, T+1]
             code_t, mb_t = jnp.array(codes, jnp.int32), jnp.array(mbs, jnp.int32)  # [ticks, S] each
@@ -107,21 +108,22 @@ class Pipeline(Scheme):
             zero_grads = jax.tree.map(jnp.zeros_like, (layers, shared))
             no_loss = jnp.zeros((), jnp.float32)
 
-            def fwd_op(x_st, dy_st, i):  # run the stage, pass the output up
+            def fwd_op(x_st: jax.Array, dy_st: jax.Array, i: jax.Array) -> tuple:  # run the stage, pass the output up
                 return stage_fwd(layers, shared, x_st[i], tokens[i]), act, zero_grads, no_loss
 
-            def bwd_op(x_st, dy_st, i):  # recompute from the stored input, vjp, pass d input down
-                def g(lw, sw, x_in):
+            def bwd_op(x_st: jax.Array, dy_st: jax.Array, i: jax.Array) -> tuple:
+                """Recompute the stage from its stored input, take the vjp, pass d input down."""
+                def g(lw: Any, sw: Any, x_in: jax.Array) -> jax.Array:
                     y = stage_fwd(lw, sw, x_in, tokens[i])  # [b, T, D]
                     head = model.token_nll(cfg, sw, y, tokens[i][:, 1:]).mean() / m
                     return jnp.where(last, head, jnp.vdot(y, dy_st[i]))
                 val, (gl, gs, gx) = jax.value_and_grad(g, argnums=(0, 1, 2))(layers, shared, x_st[i])
                 return act, gx, (gl, gs), jnp.where(last, val, 0.0)
 
-            def idle_op(x_st, dy_st, i):
+            def idle_op(x_st: jax.Array, dy_st: jax.Array, i: jax.Array) -> tuple:
                 return act, act, zero_grads, no_loss
 
-            def tick(carry, xs):
+            def tick(carry: tuple, xs: tuple[jax.Array, jax.Array]) -> tuple[tuple, None]:
                 x_st, dy_st, grads, loss = carry  # stashes [M, b, T, D]
                 code, mb = xs  # [S] each: what every stage does this tick
                 y, dx, g, l_ = jax.lax.switch(code[me], (idle_op, fwd_op, bwd_op), x_st, dy_st, mb[me])
@@ -213,7 +215,7 @@ def shard_state(state, mesh):  # noqa: ANN001, ANN201
     return place(state, mesh, Pipeline().state_specs(state.params, dict(mesh.shape)))
 
 
-def make_step(cfg, mesh, n_microbatches, kind="1f1b", hp=train.Adam()):  # noqa: ANN001, ANN201, B008
+def make_step(cfg, mesh, n_microbatches, kind="1f1b", hp=train.Adam()):  # noqa: ANN001, ANN201
     return Pipeline(n_microbatches, kind).make_step(cfg, mesh, hp)
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelib import transformer as tf
-from scalelib.hardware import Chip
+from scalelib.hardware import Chip, Dtype
 from scalelib.parallel import cost, registry
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
@@ -49,7 +49,7 @@ def training_flops(n_params: float, tokens: float) -> float:
     return six_n_train_flops(n_params, tokens)
 
 
-def training_time_s(total_flops: float, chips: int, chip: Chip, mfu: float = 1.0, dtype: str = "bf16") -> float:
+def training_time_s(total_flops: float, chips: int, chip: Chip, mfu: float = 1.0, dtype: Dtype = "bf16") -> float:
     """Seconds to do ``total_flops`` on ``chips`` chips at ``mfu`` of their peak, if compute-bound."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}; 0.4 is a typical training MFU")
@@ -68,12 +68,12 @@ def min_global_batch_tokens(min_batch_per_chip_tokens: float, chips: int) -> flo
     return min_batch_per_chip_tokens * chips
 
 
-def total_chips(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> int:
+def total_chips(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> int:
     """Chips of ``slices`` copies of ``where`` (a Slice or a count; default a full pod)."""
     return _slice_axes(chip, chip.pod_chips if where is None else where)[0] * slices
 
 
-def total_hbm_bytes(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> float:
+def total_hbm_bytes(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> float:
     """HBM of all those chips together (Exercise 5.3 compares a run's bytes with it)."""
     return total_chips(chip, where, slices) * chip.hbm_bytes
 
@@ -293,7 +293,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
 
 
 def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, where: Slice | int,
-                      batch_per_chip_tokens: Any = None, schemes: tuple[str, ...] = ("data", "fsdp", "tensor", "fsdp_tp"),
+                      batch_per_chip_tokens: Any = None,
+                      schemes: tuple[str, ...] = ("data", "fsdp", "tensor", "fsdp_tp"),
                       ax: Any = None) -> tuple[Any, Any]:
     """Per-layer forward compute time and each scheme's comms against batch per chip (Figure 16's
     picture). A scheme's curve is its tighter pass's comms, scaled to the forward's FLOPs, so

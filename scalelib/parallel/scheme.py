@@ -139,7 +139,7 @@ class Scheme(abc.ABC):
     def state_specs(self, params: Any, mesh_shape: MeshShape) -> train.TrainState:
         """PartitionSpecs of a ``train.TrainState`` over ``params``: weights, Adam moments, step count."""
         opt = self.optimizer_specs(params, mesh_shape)
-        return train.TrainState(self.param_specs(params, mesh_shape), train.AdamState(P(), opt, opt))
+        return train.TrainState(self.param_specs(params, mesh_shape), train.AdamState(P(), opt, opt))  # type: ignore[arg-type]
 
     def shard_inputs(self, state: train.TrainState, tokens: jax.Array,
                      mesh: jax.sharding.Mesh) -> tuple[train.TrainState, jax.Array]:

@@ -131,7 +131,7 @@ class SequenceParallel(Scheme):
             raise ValueError(f"sequence length {q.shape[1]} (keys {k.shape[1]}) must be equal and a multiple "
                              f"of the '{self.axis}' axis size {n_dev}")
         spec = P(None, self.axis)  # check_vma=False as in the step, so both run the same body
-        f = compat.shard_map(lambda *a: attention_local(*a, method=self.method, axis=self.axis), mesh=mesh,
+        f = compat.shard_map(lambda q_, k_, v_: attention_local(q_, k_, v_, self.method, self.axis), mesh=mesh,
                              in_specs=(spec,) * 3, out_specs=spec, check_vma=False)
         return f(*(jax.device_put(a, NamedSharding(mesh, spec)) for a in (q, k, v)))  # no-op when already placed
 

@@ -24,7 +24,7 @@ are AllReduced over it as in ``scalelib.parallel.data``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 import jax
 from jax import lax
@@ -80,7 +80,7 @@ class TensorParallel(Scheme):
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         hooks, data_axis = tensor_hooks(self.model_axis), self.data_axis
 
-        def local(params, tokens):  # tokens [B/X, T+1] per device
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1] per device
             mine = params if data_axis is None else compat.pvary(params, data_axis)
             fn = lambda p, t: model.stack_loss(cfg, p, lambda i: model.layer_params(p, i), t, hooks)  # noqa: E731
             loss, grads = jax.value_and_grad(fn)(mine, tokens)
@@ -101,7 +101,8 @@ class TensorParallel(Scheme):
                Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
         if self.data_axis is not None:
             shapes = param_shapes(cfg)
-            leaves = zip(jax.tree.leaves(shapes), jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
+            split = jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec)
+            leaves = zip(jax.tree.leaves(shapes), split)
             out += [Collective("all_reduce", (self.data_axis,), nbytes(s) // specs.shards(p, mesh_shape))
                     for s, p in leaves]
             out.append(Collective("all_reduce", (self.data_axis,), 4, phase="loss"))
@@ -133,7 +134,7 @@ def shard_inputs(state, tokens, mesh, model_axis="model"):  # noqa: ANN001, ANN2
     return TensorParallel(model_axis).shard_inputs(state, tokens, mesh)
 
 
-def make_step(cfg, mesh, hp=train.Adam(), *, model_axis="model"):  # noqa: ANN001, ANN201, B008
+def make_step(cfg, mesh, hp=train.Adam(), *, model_axis="model"):  # noqa: ANN001, ANN201
     return TensorParallel(model_axis).make_step(cfg, mesh, hp)
 
 
@@ -143,4 +144,5 @@ def predicted_collectives(cfg, mesh_shape, batch, seq_len, *, model_axis="model"
 
 def blocks(cfg, axis):  # noqa: ANN001, ANN201
     hooks = tensor_hooks(axis)
-    return (lambda p, x: model.attention_block(cfg, p, x, hooks=hooks)), (lambda p, x: model.mlp_block(cfg, p, x, hooks))
+    return ((lambda p, x: model.attention_block(cfg, p, x, hooks=hooks)),
+            (lambda p, x: model.mlp_block(cfg, p, x, hooks)))

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from scalelib import collectives
-from scalelib.hardware import Chip, Dtype
+from scalelib.hardware import Dtype
 from scalelib.roofline import RooflineTime, compute_time_s
 from scalelib.sharded_matmul.plan import MatmulPlan, Step
 from scalelib.sharding import Sharding
@@ -49,7 +49,13 @@ def ring_axes_of(slice_: Any, names: Sequence[str]) -> dict[str, RingAxis]:
     return {n: slice_.axis(i) for i, n in enumerate(names)}
 
 
-def plan_cost(plan: MatmulPlan, sizes: Mapping[str, float], ring_axes: Mapping[str, RingAxis], chip: Chip,
+class PeakFlops(Protocol):
+    """What ``plan_cost`` reads of a chip: its peak FLOPs/s (a ``hardware.Chip`` has it)."""
+
+    def flops_per_s(self, dtype: Dtype = "bf16") -> float: ...
+
+
+def plan_cost(plan: MatmulPlan, sizes: Mapping[str, float], ring_axes: Mapping[str, RingAxis], chip: PeakFlops,
               dtype_bytes: float = 2, dtype: Dtype = "bf16") -> MatmulCost:
     """FLOPs and time per device of ``plan`` for dims ``sizes`` (e.g. ``{"I": B, "J": D, "K": F}``).
 

@@ -173,12 +173,12 @@ def _reshard(c: Sharding, target: Sharding) -> list[Step]:
     steps: list[Step] = []
     wanted_somewhere = set(target.used_axes)
 
-    def emit(kind, axes, dim, new, src=None):
+    def emit(kind: Kind, axes: Sequence[str], dim: str | None, new: Sharding, src: str | None = None) -> None:
         nonlocal c
         steps.append(Step(kind, tuple(axes), dim, c, new, src))
         c = new
 
-    def rs_pass():
+    def rs_pass() -> None:
         for d in c.dims:
             cur, tgt = c.axes_of(d), target.axes_of(d)
             if tgt[:len(cur)] != cur:

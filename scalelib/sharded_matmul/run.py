@@ -51,7 +51,7 @@ def run_plan(plan: MatmulPlan, a: Any, b: Any, mesh: jax.sharding.Mesh) -> jax.A
         s.local_shape(x.shape, mesh)  # clear error when a mesh size does not divide a dim
     put = lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
 
-    def body(x, y):  # x: A block [I/.., J/..], y: B block [J/.., K/..]
+    def body(x: jax.Array, y: jax.Array) -> jax.Array:  # x: A block [I/.., J/..], y: B block [J/.., K/..]
         for step in plan.pre:
             if step.before.name == "A":
                 x = _apply(step, x, plan.a.dims)

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 
 from scalelib.hlo import hlo_collectives
 from scalelib.sharded_matmul.plan import MatmulPlan
-from scalelib.sharding import Sharding
 
 
 def xla_collectives(plan: MatmulPlan, mesh: jax.sharding.Mesh, shape_a: Sequence[int], shape_b: Sequence[int],
@@ -28,7 +27,8 @@ def xla_collectives(plan: MatmulPlan, mesh: jax.sharding.Mesh, shape_a: Sequence
     named = lambda s: jax.sharding.NamedSharding(mesh, s.spec)  # noqa: E731
     f = jax.jit(lambda x, y: x @ y, in_shardings=(named(plan.a), named(plan.b)), out_shardings=named(plan.out))
     dtype = dtype or jnp.float32
-    text = f.lower(jax.ShapeDtypeStruct(tuple(shape_a), dtype), jax.ShapeDtypeStruct(tuple(shape_b), dtype)).compile().as_text()
+    args = jax.ShapeDtypeStruct(tuple(shape_a), dtype), jax.ShapeDtypeStruct(tuple(shape_b), dtype)
+    text = f.lower(*args).compile().as_text() or ""
     return hlo_collectives(text, dict(mesh.shape))
 
 
