@@ -12,7 +12,7 @@ import math
 import re
 from itertools import permutations
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -122,6 +122,16 @@ def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[Collec
     kinds = hlo_collectives(hlo_text, mesh_shape)
     lines = [ln for ln in hlo_text.splitlines() if COLLECTIVE_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))
+
+
+def xla_flops(fn: Callable, *args: Any) -> float:
+    """The FLOPs XLA counts (``cost_analysis``) for ``jax.jit(fn)`` compiled for ``args`` (arrays or shapes)."""
+    import jax
+
+    analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+    if not analysis or "flops" not in analysis:
+        raise ValueError("XLA gave no FLOP count for this program (its backend has no cost analysis)")
+    return float(analysis["flops"])
 
 
 def compiled_hlo(jitted: Any, *args: Any) -> str:

@@ -12,9 +12,9 @@ import re
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from scalelib import model
 from scalelib import param_axes as pa
 from scalelib.parallel import registry, specs
-from scalelib.parallel.common import param_shapes
 from tests.test_parallel_schemes import CASES
 
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "parallel_specs.json"
@@ -24,7 +24,7 @@ def snapshot() -> dict:
     """Per case: the weights', Adam moments' and tokens' PartitionSpecs, as plain lists."""
     out = {}
     for case in CASES:
-        shapes, mesh = param_shapes(case.cfg), dict(zip(case.scheme.mesh_axes, case.shape))
+        shapes, mesh = model.param_shapes(case.cfg), dict(zip(case.scheme.mesh_axes, case.shape))
         out[case.id] = {"scheme": repr(case.scheme), "mesh": mesh,
                         "params": specs.as_json(case.scheme.param_specs(shapes, mesh)),
                         "optimizer": specs.as_json(case.scheme.optimizer_specs(shapes, mesh)),
@@ -58,7 +58,7 @@ def test_spec_helpers():
 
 def test_rules_naming_missing_mesh_axes_say_so():
     with pytest.raises(ValueError, match="mesh axes \\['model'\\]"):
-        specs.param_specs(param_shapes(CASES[0].cfg), specs.tensor_rules("model"), {"data": 8})
+        specs.param_specs(model.param_shapes(CASES[0].cfg), specs.tensor_rules("model"), {"data": 8})
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model
+from scalelib import compat
 
 Axes = str | tuple[str, ...]
 MeshShape = Mapping[str, int]
@@ -47,11 +47,6 @@ def check_mesh_axes(mesh_shape: MeshShape, want: Sequence[str], what: str) -> No
     if tuple(mesh_shape) != tuple(want):
         raise ValueError(f"{what} needs a mesh with axes {tuple(want)} in that order, got {dict(mesh_shape)}; "
                          f"build it with compat.make_mesh(shape, {tuple(want)})")
-
-
-def param_shapes(cfg: Any, dtype: Any = jnp.float32) -> dict:
-    """ShapeDtypeStructs of ``model.init(key, cfg)`` without computing anything."""
-    return jax.eval_shape(lambda k: model.init(k, cfg, dtype), jax.random.key(0))
 
 
 def n_elements(tree: Any) -> int:

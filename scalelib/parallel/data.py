@@ -25,7 +25,7 @@ from scalelib import compat, model, train
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
 from scalelib.parallel.common import Axes, MeshShape, as_axes, axes_size, check_batch, local_grads, n_elements, \
-    nbytes, param_shapes
+    nbytes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
@@ -97,7 +97,7 @@ class DataParallel(Scheme):
         """
         self.check(cfg, mesh_shape, batch, seq_len)
         axes = as_axes(self.axes)
-        out = [Collective("all_reduce", axes, nbytes(x)) for x in jax.tree.leaves(param_shapes(cfg))]
+        out = [Collective("all_reduce", axes, nbytes(x)) for x in jax.tree.leaves(model.param_shapes(cfg))]
         return tuple(out) + (Collective("all_reduce", axes, 4, phase="loss"),)
 
     def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:
@@ -105,7 +105,7 @@ class DataParallel(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         local = batch // axes_size(mesh_shape, self.axes)
         matmuls = fl.train_flops(cfg, local, seq_len, remat=self.remat, moe_compute="dense")
-        return StepFlops(matmuls, adam_flops(n_elements(param_shapes(cfg))))
+        return StepFlops(matmuls, adam_flops(n_elements(model.param_shapes(cfg))))
 
     @classmethod
     def layer_comms_s(cls, t: LayerTerms) -> tuple[float, float]:

@@ -32,7 +32,7 @@ from scalelib import param_axes as pa
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
-from scalelib.parallel.common import MeshShape, is_spec, n_elements, param_shapes, place
+from scalelib.parallel.common import MeshShape, is_spec, n_elements, place
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -151,7 +151,7 @@ class ExpertParallel(Scheme):
 
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         axis, n_dev = self.axis, mesh_shape[self.axis]
-        layer_specs = self.param_specs(param_shapes(cfg), mesh_shape)["layers"]
+        layer_specs = self.param_specs(model.param_shapes(cfg), mesh_shape)["layers"]
         experts = [k for k, s in layer_specs.items() if specs.mesh_axes_of(s)]
 
         def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1]
@@ -179,7 +179,7 @@ class ExpertParallel(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         cap = self.capacity(cfg, batch // mesh_shape[self.axis] * seq_len)
         buf = cfg.n_experts * cap * cfg.d_model * 4
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         leaves = zip(jax.tree.leaves(shapes), jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
         replicated = sum(n_elements(s) for s, p in leaves if not specs.mesh_axes_of(p))
         two_per_layer = 2 * cfg.n_layers
@@ -203,7 +203,7 @@ class ExpertParallel(Scheme):
         fwd = fl.FlopsBreakdown(mlp, dense.attn_proj_flops, dense.attn_qk_flops, dense.attn_av_flops,
                                 router + 2 * one_hot, dense.unembed_flops)
         train = fwd.scaled(3.0) + fl.FlopsBreakdown(0, 0, 0, 0, -one_hot, 0)  # the dispatch's mask has no gradient
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         return StepFlops(train, adam_flops(specs.local_elements(shapes, self.param_specs(shapes, mesh_shape),
                                                                  mesh_shape)))
 

@@ -33,7 +33,7 @@ from scalelib import compat, model, train
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import REGATHER, gathered_collectives, gathered_loss
-from scalelib.parallel.common import MeshShape, axes_size, check_batch, is_spec, local_grads, nbytes, param_shapes
+from scalelib.parallel.common import MeshShape, axes_size, check_batch, is_spec, local_grads, nbytes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
@@ -88,14 +88,14 @@ class FSDP(Scheme):
 
     def _dims(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> Any:
         """Tree like the params: each array's dimension split over the axis, -1 for a replicated one."""
-        opt = specs.param_specs(param_shapes(cfg), self.optimizer_rules(mesh_shape), mesh_shape)
+        opt = specs.param_specs(model.param_shapes(cfg), self.optimizer_rules(mesh_shape), mesh_shape)
         return jax.tree.map(lambda s: -1 if specs.dim_of(s, self.axis) is None else specs.dim_of(s, self.axis), opt,
                             is_leaf=is_spec)
 
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         axis, n = self.axis, axes_size(mesh_shape, self.axis)
         dims = self._dims(cfg, mesh_shape)
-        opt_specs = specs.param_specs(param_shapes(cfg), self.optimizer_rules(mesh_shape), mesh_shape)
+        opt_specs = specs.param_specs(model.param_shapes(cfg), self.optimizer_rules(mesh_shape), mesh_shape)
 
         def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1] per device
             vary = lambda p, d: compat.pvary(p, axis) if (d < 0 or self.stage < 3) else p  # noqa: E731
@@ -140,7 +140,7 @@ class FSDP(Scheme):
         Use an ``auto`` mesh (compat.make_mesh(..., kind="auto")): XLA's partitioner chooses where
         to AllGather weights and how to reduce gradients; compare its HLO with ``make_step``'s.
         """
-        shapes, shape = param_shapes(cfg), dict(mesh.shape)
+        shapes, shape = model.param_shapes(cfg), dict(mesh.shape)
         spec = FSDP(3, self.axis).state_specs(shapes, shape)
         shard = jax.tree.map(lambda s: NamedSharding(mesh, s), spec, is_leaf=is_spec)
         return jax.jit(train.make_step(cfg, hp), in_shardings=(shard, NamedSharding(mesh, P(self.axis))),
@@ -153,7 +153,7 @@ class FSDP(Scheme):
         scatter-add that never reads it) and ReduceScatter; replicated arrays AllReduce; + the loss."""
         self.check(cfg, mesh_shape, batch, seq_len)
         n, ax, out = axes_size(mesh_shape, self.axis), (self.axis,), []
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         opt = specs.param_specs(shapes, self.optimizer_rules(mesh_shape), mesh_shape)
         for (path, s), spec in zip(jax.tree_util.tree_leaves_with_path(shapes), jax.tree.leaves(opt, is_leaf=is_spec)):
             full, split = nbytes(s), specs.dim_of(spec, self.axis) is not None
@@ -169,7 +169,7 @@ class FSDP(Scheme):
         """The single-device step on B / X sequences (regathering weights recomputes no matmul) and Adam
         on the device's slice of every array."""
         self.check(cfg, mesh_shape, batch, seq_len)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         held = specs.local_elements(shapes, self.optimizer_specs(shapes, mesh_shape), mesh_shape)
         local = batch // axes_size(mesh_shape, self.axis)
         return StepFlops(fl.train_flops(cfg, local, seq_len, moe_compute="dense"), adam_flops(held))

@@ -23,11 +23,11 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat
+from scalelib import compat, model
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import (REGATHER, check_heads_and_width, gathered_collectives, gathered_loss,
                                       sharded_step_flops, tensor_hooks)
-from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes, param_shapes
+from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
 from scalelib.parallel.layout import Layout
@@ -73,7 +73,7 @@ class FSDPTensor(Scheme):
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         x, _ = self._sizes(mesh_shape)
         data_axis, hooks = self.data_axis, tensor_hooks(self.model_axis)
-        param_specs = self.param_specs(param_shapes(cfg), mesh_shape)
+        param_specs = self.param_specs(model.param_shapes(cfg), mesh_shape)
 
         def split(spec: P) -> bool:
             return specs.dim_of(spec, data_axis) is not None
@@ -95,7 +95,7 @@ class FSDPTensor(Scheme):
         act = batch // x * seq_len * cfg.d_model * 4  # [B/X, T, D] float32
         out = [Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "forward"),
                Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         leaves = zip(jax.tree_util.tree_leaves_with_path(shapes),
                      jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
         for (path, s), spec in leaves:
@@ -109,7 +109,7 @@ class FSDPTensor(Scheme):
         device's [.._X, .._Y] shards."""
         self.check(cfg, mesh_shape, batch, seq_len)
         x, y = self._sizes(mesh_shape)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         return sharded_step_flops(cfg, batch // x, seq_len, y,
                                   specs.local_elements(shapes, self.param_specs(shapes, mesh_shape), mesh_shape))
 

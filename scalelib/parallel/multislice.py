@@ -30,7 +30,7 @@ from scalelib import collectives, compat, hardware, model
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, specs
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, local_grads, n_elements, \
-    nbytes, param_shapes
+    nbytes
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
 from scalelib.parallel.layout import Layout
@@ -73,7 +73,7 @@ class Multislice(Scheme):
 
     def _reduce_dims(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> Any:
         """Each gradient's dimension cut by the ICI ReduceScatter (-1: AllReduced whole)."""
-        cut = specs.param_specs(param_shapes(cfg), specs.fsdp_rules("data"), mesh_shape)
+        cut = specs.param_specs(model.param_shapes(cfg), specs.fsdp_rules("data"), mesh_shape)
         return jax.tree.map(lambda s: -1 if specs.dim_of(s, "data") is None else specs.dim_of(s, "data"), cut,
                             is_leaf=is_spec)
 
@@ -101,7 +101,7 @@ class Multislice(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         _, x = self._sizes(mesh_shape)
         out = []
-        for s, d in zip(jax.tree.leaves(param_shapes(cfg)), jax.tree.leaves(self._reduce_dims(cfg, mesh_shape))):
+        for s, d in zip(jax.tree.leaves(model.param_shapes(cfg)), jax.tree.leaves(self._reduce_dims(cfg, mesh_shape))):
             full = nbytes(s)
             if d < 0:
                 out.append(Collective("all_reduce", AXES, full))
@@ -116,7 +116,7 @@ class Multislice(Scheme):
         if batch % (s_ * x):
             raise ValueError(f"batch {batch} must be a multiple of the {s_ * x} chips of mesh {dict(mesh_shape)}")
         return StepFlops(fl.train_flops(cfg, batch // (s_ * x), seq_len, moe_compute="dense"),
-                         adam_flops(n_elements(param_shapes(cfg))))
+                         adam_flops(n_elements(model.param_shapes(cfg))))
 
     @classmethod
     def layer_comms_s(cls, t: LayerTerms) -> tuple[float, float]:
@@ -185,7 +185,7 @@ def reduction_time(grad_bytes: float, n_slices: int, slice_chips: int, chip: har
 def model_reduction_time(cfg: TransformerConfig, n_slices: int, slice_chips: int, chip: hardware.Chip,
                          grad_dtype_bytes: int = 2) -> ReductionTime:
     """``reduction_time`` for the gradients of ``cfg`` (bf16 by default, as in the book)."""
-    return reduction_time(n_elements(param_shapes(cfg)) * grad_dtype_bytes, n_slices, slice_chips, chip)
+    return reduction_time(n_elements(model.param_shapes(cfg)) * grad_dtype_bytes, n_slices, slice_chips, chip)
 
 
 # ---------------------------------------------------------------- old entry points

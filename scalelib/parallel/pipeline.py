@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import model, train
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, specs
-from scalelib.parallel.common import MeshShape, is_spec, nbytes, param_shapes, place
+from scalelib.parallel.common import MeshShape, is_spec, nbytes, place
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -150,7 +150,7 @@ class Pipeline(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         ticks = schedule(self.kind, mesh_shape[self.axis], self.microbatches).n_ticks
         act_bytes = batch // self.microbatches * seq_len * cfg.d_model * 4
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         leaves = zip(jax.tree.leaves(shapes), jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
         shared = sum(nbytes(s) for s, p in leaves if not specs.mesh_axes_of(p))
         return (Collective("collective_permute", (self.axis,), act_bytes, ticks, phase="forward"),
@@ -166,7 +166,7 @@ class Pipeline(Scheme):
         tokens = batch // m * seq_len  # one microbatch, b T tokens
         forward = fl.forward_flops(stage, tokens, seq_len, include_unembed=False, moe_compute="dense")
         backward = fl.forward_flops(stage, tokens, seq_len, moe_compute="dense").scaled(3.0)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         held = specs.local_elements(shapes, self.param_specs(shapes, mesh_shape), mesh_shape)
         return PipelineFlops((forward + backward).scaled(m), adam_flops(held), forward, backward, m,
                              schedule(self.kind, n_stages, m).n_ticks)

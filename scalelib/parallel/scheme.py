@@ -27,9 +27,9 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, train
+from scalelib import compat, model, train
 from scalelib.parallel import specs
-from scalelib.parallel.common import MeshShape, check_mesh_axes, nbytes, param_shapes, place
+from scalelib.parallel.common import MeshShape, check_mesh_axes, nbytes, place
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -180,7 +180,7 @@ class Scheme(abc.ABC):
         """Jitted ``f(params, tokens) -> (loss, grads)``; place inputs with ``shard_params`` / ``token_spec``."""
         shape = dict(mesh.shape)
         self.check(cfg, shape)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         fn = compat.shard_map(self.local_loss_and_grads(cfg, shape), mesh=mesh,
                               in_specs=(self.param_specs(shapes, shape), self.token_spec(shape)),
                               out_specs=(P(), self.optimizer_specs(shapes, shape)), check_vma=self.check_vma)
@@ -203,7 +203,7 @@ class Scheme(abc.ABC):
             out = (train.TrainState(self.after_update(cfg, new, shape), opt), loss)
             return out + (grads,) if return_grads else out
 
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         state_spec = self.state_specs(shapes, shape)
         out_specs = (state_spec, P()) + ((state_spec.opt.mu,) if return_grads else ())
         fn = compat.shard_map(local, mesh=mesh, in_specs=(state_spec, self.token_spec(shape)), out_specs=out_specs,
@@ -222,7 +222,7 @@ class Scheme(abc.ABC):
         """Bytes per device, read off the layout: weights, gradients and Adam moments by their rules
         (the int32 step counter on every device), and the device's rows of tokens [T+1] int32."""
         self.check(cfg, mesh_shape, batch, seq_len)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         width = nbytes(jax.tree.leaves(shapes)[0]) // jax.tree.leaves(shapes)[0].size  # bytes per element
 
         def held(rules: specs.Rules) -> int:

@@ -32,7 +32,7 @@ from scalelib import compat, model
 from scalelib import transformer_flops as fl
 from scalelib.kernels.flash_attention import finalize_softmax_state, init_softmax_state, online_softmax_update
 from scalelib.parallel import specs
-from scalelib.parallel.common import MeshShape, n_elements, param_shapes
+from scalelib.parallel.common import MeshShape, n_elements
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.registry import register
@@ -163,7 +163,8 @@ class SequenceParallel(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         n_devices = mesh_shape[self.axis]
         block = batch * seq_len // n_devices * cfg.n_kv_heads * cfg.head_dim * 4
-        reduce = Collective("all_reduce", (self.axis,), (n_elements(param_shapes(cfg)) + 1) * 4, 1, phase="backward")
+        weights_and_loss = (n_elements(model.param_shapes(cfg)) + 1) * 4
+        reduce = Collective("all_reduce", (self.axis,), weights_and_loss, 1, phase="backward")
         n_layers = cfg.n_layers
         if self.method == "all_gather":
             return (Collective("all_gather", (self.axis,), block * n_devices, 2 * n_layers, phase="forward"),
@@ -178,7 +179,7 @@ class SequenceParallel(Scheme):
         self.check(cfg, mesh_shape, batch, seq_len)
         local = batch * seq_len // mesh_shape[self.axis]
         matmuls = fl.forward_flops(cfg, local, seq_len, moe_compute="dense").scaled(3.0)
-        return StepFlops(matmuls, adam_flops(n_elements(param_shapes(cfg))))
+        return StepFlops(matmuls, adam_flops(n_elements(model.param_shapes(cfg))))
 
     @classmethod
     def layer_comms_s(cls, t: LayerTerms) -> tuple[float, float]:

@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat, model, train
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import check_heads_and_width, sharded_step_flops, tensor_hooks
-from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes, param_shapes
+from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
@@ -100,7 +100,7 @@ class TensorParallel(Scheme):
         out = [Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "forward"),
                Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
         if self.data_axis is not None:
-            shapes = param_shapes(cfg)
+            shapes = model.param_shapes(cfg)
             split = jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec)
             leaves = zip(jax.tree.leaves(shapes), split)
             out += [Collective("all_reduce", (self.data_axis,), nbytes(s) // specs.shards(p, mesh_shape))
@@ -111,7 +111,7 @@ class TensorParallel(Scheme):
     def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:
         self.check(cfg, mesh_shape, batch, seq_len)
         x, y = self._sizes(mesh_shape)
-        shapes = param_shapes(cfg)
+        shapes = model.param_shapes(cfg)
         return sharded_step_flops(cfg, batch // x, seq_len, y,
                                   specs.local_elements(shapes, self.param_specs(shapes, mesh_shape), mesh_shape))
 
