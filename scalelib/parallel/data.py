@@ -21,7 +21,7 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model, train
+from scalelib import compat, model
 from scalelib import transformer_flops as fl
 from scalelib.parallel import specs
 from scalelib.parallel.common import Axes, MeshShape, as_axes, axes_size, check_batch, local_grads, n_elements, \
@@ -115,31 +115,3 @@ class DataParallel(Scheme):
     @classmethod
     def candidate_layouts(cls, ctx: PlanContext) -> tuple[Layout, ...]:
         return (Layout(cls.name, data_axes=ctx.axes),)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def shard_inputs(state, tokens, mesh, axes="data"):  # noqa: ANN001, ANN201
-    return DataParallel(axes).shard_inputs(state, tokens, mesh)
-
-
-def make_step(cfg, mesh, hp=train.Adam(), **kw):  # noqa: ANN001, ANN003, ANN201
-    grads = kw.pop("return_grads", False)
-    return DataParallel(**kw).make_step(cfg, mesh, hp, return_grads=grads)
-
-
-def predicted_collectives(cfg, mesh_shape, batch, seq_len, **kw):  # noqa: ANN001, ANN003, ANN201
-    return DataParallel(**kw).predicted_collectives(cfg, mesh_shape, batch, seq_len)
-
-
-def predicted_memory_bytes(cfg, mesh_shape, batch, seq_len, **kw):  # noqa: ANN001, ANN003, ANN201
-    return DataParallel(**kw).predicted_memory(cfg, mesh_shape, batch, seq_len)
-
-
-def state_specs(state, param_spec):  # noqa: ANN001, ANN201
-    return train.TrainState(param_spec, train.AdamState(P(), param_spec, param_spec))  # type: ignore[arg-type]
-
-
-from scalelib.parallel.common import replicated  # noqa: E402, F401
-from scalelib.parallel.scheme import sum_by_kind  # noqa: E402, F401

@@ -238,10 +238,3 @@ class ExpertParallel(Scheme):
             return ()
         e = max(d for d in range(1, n_experts + 1) if n_experts % d == 0 and ctx.chips % d == 0)
         return (Layout(cls.name, data_axes=ctx.split(ctx.chips // e), expert_axes=(e,)),)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def predicted_collectives(cfg, n_devices, batch, seq_len, capacity_factor):  # noqa: ANN001, ANN201
-    return ExpertParallel(capacity_factor).predicted_collectives(cfg, {"expert": n_devices}, batch, seq_len)

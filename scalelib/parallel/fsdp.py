@@ -187,22 +187,3 @@ class FSDP(Scheme):
     @classmethod
     def candidate_layouts(cls, ctx: PlanContext) -> tuple[Layout, ...]:
         return (Layout(cls.name, data_axes=ctx.axes),)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def shard_inputs(state, tokens, mesh, *, stage=3, axis="data"):  # noqa: ANN001, ANN201
-    return FSDP(stage, axis).shard_inputs(state, tokens, mesh)
-
-
-def make_step(cfg, mesh, hp=train.Adam(), *, stage=3, axis="data"):  # noqa: ANN001, ANN201
-    return FSDP(stage, axis).make_step(cfg, mesh, hp)
-
-
-def predicted_collectives(cfg, mesh_shape, batch, seq_len, *, stage=3, axis="data"):  # noqa: ANN001, ANN201
-    return FSDP(stage, axis).predicted_collectives(cfg, mesh_shape, batch, seq_len)
-
-
-def predicted_memory_bytes(cfg, mesh_shape, batch, seq_len, *, stage=3, axis="data"):  # noqa: ANN001, ANN201
-    return FSDP(stage, axis).predicted_memory(cfg, mesh_shape, batch, seq_len)

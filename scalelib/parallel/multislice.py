@@ -186,10 +186,3 @@ def model_reduction_time(cfg: TransformerConfig, n_slices: int, slice_chips: int
                          grad_dtype_bytes: int = 2) -> ReductionTime:
     """``reduction_time`` for the gradients of ``cfg`` (bf16 by default, as in the book)."""
     return reduction_time(n_elements(model.param_shapes(cfg)) * grad_dtype_bytes, n_slices, slice_chips, chip)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def predicted_collectives(cfg, mesh_shape, batch, seq_len):  # noqa: ANN001, ANN201
-    return Multislice().predicted_collectives(cfg, mesh_shape, batch, seq_len)

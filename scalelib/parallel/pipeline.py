@@ -24,10 +24,10 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from scalelib import model, train
+from scalelib import model
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, specs
-from scalelib.parallel.common import MeshShape, is_spec, nbytes, place
+from scalelib.parallel.common import MeshShape, is_spec, nbytes
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
@@ -203,21 +203,3 @@ class Pipeline(Scheme):
         if micro < cost.hbm_critical_batch_tokens(ctx.chip):
             return (f"microbatches of {micro:.0f} tokens per chip are HBM-bandwidth-bound",)
         return ()
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-from scalelib.parallel.schedule import _stage_order, draw_schedule  # noqa: E402, F401
-
-
-def shard_state(state, mesh):  # noqa: ANN001, ANN201
-    return place(state, mesh, Pipeline().state_specs(state.params, dict(mesh.shape)))
-
-
-def make_step(cfg, mesh, n_microbatches, kind="1f1b", hp=train.Adam()):  # noqa: ANN001, ANN201
-    return Pipeline(n_microbatches, kind).make_step(cfg, mesh, hp)
-
-
-def predicted_collectives(cfg, n_stages, batch, seq_len, n_microbatches, kind="1f1b"):  # noqa: ANN001, ANN201
-    return Pipeline(n_microbatches, kind).predicted_collectives(cfg, {"stage": n_stages}, batch, seq_len)

@@ -328,9 +328,3 @@ def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, wher
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8)
     return fig, ax
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-_layouts = candidate_layouts

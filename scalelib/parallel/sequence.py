@@ -187,10 +187,3 @@ class SequenceParallel(Scheme):
         backward AllReduce of V_w over the axes holding different tokens). Attention's K/V exchange is
         outside that model."""
         return 0.0, t.time_s("all_reduce", t.weight_bytes, t.layout.data_axes)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def predicted_collectives(cfg, n_devices, batch, seq_len, method="ring"):  # noqa: ANN001, ANN201
-    return SequenceParallel(method).predicted_collectives(cfg, {"seq": n_devices}, batch, seq_len)

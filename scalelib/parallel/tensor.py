@@ -30,7 +30,7 @@ import jax
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model, train
+from scalelib import compat, model
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import check_heads_and_width, sharded_step_flops, tensor_hooks
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
@@ -125,24 +125,3 @@ class TensorParallel(Scheme):
     @classmethod
     def candidate_layouts(cls, ctx: PlanContext) -> tuple[Layout, ...]:
         return (Layout(cls.name, model_axes=ctx.axes),)
-
-
-# ---------------------------------------------------------------- old entry points
-# Kept only until chapters 5 and 6 call the scheme objects (issue 11); nothing else may use them.
-
-def shard_inputs(state, tokens, mesh, model_axis="model"):  # noqa: ANN001, ANN201
-    return TensorParallel(model_axis).shard_inputs(state, tokens, mesh)
-
-
-def make_step(cfg, mesh, hp=train.Adam(), *, model_axis="model"):  # noqa: ANN001, ANN201
-    return TensorParallel(model_axis).make_step(cfg, mesh, hp)
-
-
-def predicted_collectives(cfg, mesh_shape, batch, seq_len, *, model_axis="model"):  # noqa: ANN001, ANN201
-    return TensorParallel(model_axis).predicted_collectives(cfg, mesh_shape, batch, seq_len)
-
-
-def blocks(cfg, axis):  # noqa: ANN001, ANN201
-    hooks = tensor_hooks(axis)
-    return ((lambda p, x: model.attention_block(cfg, p, x, hooks=hooks)),
-            (lambda p, x: model.mlp_block(cfg, p, x, hooks)))
