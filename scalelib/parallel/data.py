@@ -15,7 +15,7 @@ activation memory drops to one microbatch. ``remat`` and ``scan_layers`` go to `
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import jax
 from jax import lax
@@ -29,12 +29,10 @@ from scalelib.parallel.common import Axes, MeshShape, as_axes, axes_size, check_
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import REMAT_POLICIES, RematPolicy, TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 
 @register

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,12 +36,10 @@ from scalelib.parallel.common import MeshShape, is_spec, n_elements, place
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import TransformerConfig, mlp_params_per_expert
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 
 def capacity(n_tokens: int, n_experts: int, experts_per_token: int, capacity_factor: float) -> int:

@@ -22,7 +22,7 @@ same FSDP through ``jax.jit`` and NamedShardings, leaving XLA's partitioner to i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax import lax
@@ -37,12 +37,10 @@ from scalelib.parallel.common import MeshShape, axes_size, check_batch, is_spec,
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme, Step
 from scalelib.transformer import TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 STAGES = (1, 2, 3)
 

@@ -17,7 +17,7 @@ split): the book's reason for combining them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TYPE_CHECKING
+from typing import Any
 
 import jax
 from jax import lax
@@ -31,12 +31,10 @@ from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 
 @register

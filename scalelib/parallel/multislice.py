@@ -20,7 +20,7 @@ The planner's "multislice" layout is FSDP (x TP) inside each slice with this red
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax import lax
@@ -34,13 +34,11 @@ from scalelib.parallel.common import MeshShape, check_batch, is_spec, local_grad
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.topology import RingAxis
 from scalelib.transformer import TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 AXES = ("slice", "data")
 

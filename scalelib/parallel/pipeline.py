@@ -18,7 +18,7 @@ buffer, of which ``Schedule.peak_in_flight`` slots are ever live: M for GPipe, a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,14 +31,12 @@ from scalelib.parallel.common import MeshShape, is_spec, nbytes
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.schedule import KINDS, Kind, schedule
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.roofline import comms_time_s
 from scalelib.transformer import TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 
 @register
