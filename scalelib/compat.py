@@ -10,7 +10,7 @@ eight parallel-scheme tests fail (XLA does not combine the gradient all-reduces 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import jax
 
@@ -31,7 +31,8 @@ def set_cpu_device_count(n: int) -> None:
     jax.config.update("jax_num_cpu_devices", n)
 
 
-def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "explicit", devices=None) -> jax.sharding.Mesh:
+def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "explicit",
+              devices: Sequence[Any] | None = None) -> jax.sharding.Mesh:
     """A device mesh whose axis types are always given explicitly (never JAX's default)."""
     axis_type = {
         "explicit": jax.sharding.AxisType.Explicit,
@@ -44,7 +45,7 @@ def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "expl
 shard_map = jax.shard_map
 
 
-def pvary(x, axis_name):
+def pvary(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Mark ``x`` as varying over ``axis_name`` inside ``shard_map`` (no data moves).
 
     The transpose of this cast is a psum, so a gradient taken with respect to the cast value stays
@@ -53,10 +54,11 @@ def pvary(x, axis_name):
     """
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axis_name, to="varying")
-    return jax.lax.pvary(x, axis_name)
+    return jax.lax.pvary(x, axis_name)  # type: ignore[attr-defined]  # gone from 0.9 and from its stubs
 
 
-def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
+def all_gather_invariant(x: jax.Array, axis_name: str | tuple[str, ...], *, axis: int = 0,
+                         tiled: bool = False) -> jax.Array:
     """AllGather whose result is typed invariant (the same on every device) over ``axis_name``.
 
     Its transpose is a ReduceScatter to this device's shard rather than a psum. JAX 0.9 spells it
@@ -89,7 +91,7 @@ def enable_x64() -> Iterator[None]:
         with jax.enable_x64(True):
             yield
     else:
-        from jax.experimental import enable_x64 as _enable_x64
+        from jax.experimental import enable_x64 as _enable_x64  # type: ignore[attr-defined]  # moved in 0.9
 
         with _enable_x64():
             yield

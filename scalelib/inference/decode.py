@@ -18,7 +18,7 @@ logits to it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +41,7 @@ class KVCache(NamedTuple):
         return self.k[0].shape[2]
 
 
-def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype: Any = jnp.float32) -> KVCache:
     """An empty cache for ``batch`` sequences of up to ``max_len`` tokens."""
     if not (isinstance(batch, int) and batch >= 1 and isinstance(max_len, int) and max_len >= 1):
         raise ValueError(f"batch and max_len must be positive ints, got {batch!r} and {max_len!r}")
@@ -67,7 +67,8 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array)
     return out.reshape(b, t, n, h)  # [B, T, N, H]
 
 
-def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache, layer: int):
+def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache,
+                          layer: int) -> tuple[jax.Array, KVCache]:
     """Residual branch of layer ``layer``'s attention for x [B, T, D]; writes its keys and values."""
     y = model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps)  # [B, T, D]
     q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [B, T, N, H]
@@ -106,7 +107,8 @@ def layer_params(params: model.Params, i: int) -> dict:
     return layers[i] if isinstance(layers, tuple) else jax.tree.map(lambda a: a[i], layers)
 
 
-def extend(params: model.Params, tokens: jax.Array, cache: KVCache, cfg: TransformerConfig):
+def extend(params: model.Params, tokens: jax.Array, cache: KVCache,
+           cfg: TransformerConfig) -> tuple[jax.Array, KVCache]:
     """Run tokens [B, T] after the cached positions: (logits [B, T, V] float32, updated cache).
 
     Prefill is ``extend`` on an empty cache; a generate step is ``extend`` with T = 1. The
@@ -127,7 +129,8 @@ def extend(params: model.Params, tokens: jax.Array, cache: KVCache, cfg: Transfo
     return logits, cache._replace(length=cache.length + tokens.shape[1])
 
 
-def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, max_len: int):
+def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig,
+            max_len: int) -> tuple[jax.Array, KVCache]:
     """Process prompt [B, T0] at once: (logits [B, T0, V], cache holding T0 positions)."""
     if prompt.shape[1] > max_len:
         raise ValueError(f"prompt of {prompt.shape[1]} tokens does not fit a cache of max_len={max_len}; "
@@ -136,14 +139,15 @@ def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, max
     return extend(params, prompt, cache, cfg)
 
 
-def decode_step(params: model.Params, token: jax.Array, cache: KVCache, cfg: TransformerConfig):
+def decode_step(params: model.Params, token: jax.Array, cache: KVCache,
+                cfg: TransformerConfig) -> tuple[jax.Array, KVCache]:
     """One generate step for token [B]: (next-token logits [B, V], cache one position longer)."""
     logits, cache = extend(params, token[:, None], cache, cfg)  # [B, 1, V]
     return logits[:, 0], cache
 
 
 def generate(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, steps: int,
-             max_len: int | None = None):
+             max_len: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Greedy generation of ``steps`` tokens after prompt [B, T0].
 
     Returns (tokens [B, steps], logits [B, steps, V]): logits[:, i] is the distribution that
@@ -158,7 +162,7 @@ def generate(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, st
                          f"tokens; use max_len >= {prompt.shape[1] + steps}")
     logits, cache = prefill(params, prompt, cfg, max_len)
 
-    def step(carry, _):
+    def step(carry: tuple[jax.Array, KVCache], _: Any) -> tuple[tuple[jax.Array, KVCache], tuple[jax.Array, jax.Array]]:
         last, cache = carry  # last: [B, V]
         token = jnp.argmax(last, axis=-1)  # [B]
         nxt, cache = decode_step(params, token, cache, cfg)  # [B, V]
