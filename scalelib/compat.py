@@ -145,7 +145,7 @@ def _wire_stop(data: bytes) -> int | None:
     return None
 
 
-def parse_xspace(data: bytes):
+def parse_xspace(data: bytes) -> Any:
     """``jax.profiler.ProfileData`` of a serialized XSpace (the ``.xplane.pb`` a trace writes).
 
     jax 0.7.2 aborts the whole Python process (a C++ CHECK) on bytes that do not parse, where 0.10.2
@@ -159,7 +159,7 @@ def parse_xspace(data: bytes):
         raise ValueError(f"the trace data stops making sense at byte {stop} of {len(data)}")
     try:
         return ProfileData.from_serialized_xspace(data)
-    except Exception as err:  # noqa: BLE001 - jaxlib's error type differs between versions
+    except Exception as err:  # jaxlib's error type differs between versions
         raise ValueError(f"the trace data could not be parsed ({type(err).__name__}: {err})") from None
 
 
