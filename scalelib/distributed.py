@@ -114,39 +114,38 @@ def port_is_free(port: int) -> bool:
 
 
 def initialize(local_devices: int | None = None, *, timeout_s: int = 120) -> ProcessInfo:
-    """Join this process to the job (or run alone) and check every process has as many devices.
+    """Join this process to the job (or run alone) and check that every process has as many devices.
 
-    ``local_devices``: CPU devices for this process; under the launcher it must agree with
-    ``--local-devices`` (or be None). ``timeout_s``: how long to wait for all processes to join.
-    Idempotent: a second call returns the same information.
+    ``local_devices``: CPU devices for this process (ignored on GPUs and TPUs); under the launcher it
+    must agree with ``--local-devices`` or be None. ``timeout_s``: how long to wait for every process
+    to join. A second call returns the same information; in a process where JAX already runs alone
+    (a notebook, a test session) it only checks the devices.
     """
     import jax
 
     from scalelib import compat
 
     env = launch_env()
-    if not jax.distributed.is_initialized():
-        if compat.backends_initialized():
-            raise DistributedSetupError("JAX has already started in this process, so it cannot join other "
+    if env and local_devices is not None and local_devices != env.local_devices:
+        raise DistributedSetupError(f"the script asks for {local_devices} local devices but the launcher gave "
+                                    f"--local-devices {env.local_devices}; drop the argument or make them agree")
+    if jax.distributed.is_initialized():
+        source = "scalelib.launch" if env else "cluster environment"
+    elif compat.backends_initialized():
+        if env:
+            raise DistributedSetupError("JAX has already started in this process, so it cannot join the other "
                                         "processes any more; call scalelib.distributed.initialize() first thing, "
-                                        "before any JAX computation (restart the kernel or process)")
-        if env and local_devices is not None and local_devices != env.local_devices:
-            raise DistributedSetupError(f"the script asks for {local_devices} local devices but the launcher "
-                                        f"gave --local-devices {env.local_devices}; drop the argument or make "
-                                        "them agree")
+                                        "before any JAX computation")
+        source = "single process"
+    else:
         count = env.local_devices if env else local_devices
         if count is not None:
             devices.request_cpu_devices(count)
         compat.use_cpu_collectives()
         source = _join(env, timeout_s)
-    else:
-        source = "scalelib.launch" if env else "cluster environment"
-    if jax.process_count() == 1:
-        source = "single process" if not env else source
-    info = ProcessInfo(jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count(),
+    check_device_counts(env.local_devices if env else local_devices, exact=env is not None)
+    return ProcessInfo(jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count(),
                        jax.devices()[0].platform, source)
-    check_device_counts(env.local_devices if env else None)
-    return info
 
 
 def _join(env: LaunchEnv | None, timeout_s: int) -> str:
@@ -175,8 +174,9 @@ def _join(env: LaunchEnv | None, timeout_s: int) -> str:
     return "scalelib.launch"
 
 
-def check_device_counts(expected_local: int | None = None) -> None:
-    """Every process must drive the same number of devices (meshes split them evenly)."""
+def check_device_counts(local_devices: int | None = None, exact: bool = True) -> None:
+    """Every process must drive the same number of devices (meshes split them evenly), and on CPU
+    this one as many as asked for (at least as many when not ``exact``)."""
     import jax
 
     per_process: dict[int, int] = {}
@@ -187,9 +187,13 @@ def check_device_counts(expected_local: int | None = None) -> None:
         raise DistributedSetupError(f"processes have different numbers of devices ({counts}); a mesh needs the "
                                     "same count on every process: give every process the same --local-devices "
                                     "(or the same number of chips)")
-    if expected_local is not None and jax.local_device_count() != expected_local:
-        raise DistributedSetupError(f"this process has {jax.local_device_count()} devices but the launcher asked "
-                                    f"for {expected_local}; was JAX_PLATFORMS or XLA_FLAGS changed by the script?")
+    have = jax.local_device_count()
+    if local_devices is None or jax.devices()[0].platform != "cpu":
+        return
+    if have < local_devices or (exact and have != local_devices):
+        raise DistributedSetupError(f"this process has {have} CPU devices but {local_devices} were asked for; the "
+                                    "count is fixed when JAX starts, so call scalelib.distributed.initialize() "
+                                    "before any JAX computation (and leave XLA_FLAGS' device count alone)")
 
 
 def _fail_fast_on_uncaught_exceptions() -> None:
