@@ -81,6 +81,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def check_loopback(timeout_s: float = 2.0) -> None:
+    """The processes find each other over TCP on this host: refuse at once where that cannot work
+    (a sandbox without network, where ``jax.distributed`` would instead wait for its timeout)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            with socket.create_connection(server.getsockname(), timeout=timeout_s):
+                pass
+    except OSError as err:
+        raise LaunchError(f"this host cannot open a TCP connection to itself ({err}), and the processes find "
+                          "each other that way; run where the loopback network is up (not in a sandbox "
+                          "without network)") from None
+
+
 def describe_status(code: int) -> str:
     if code < 0:
         try:
@@ -199,6 +214,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
     if not timeout_s > 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout_s!r}")
     _check_target(target)
+    check_loopback()
     if port is None:
         port = free_port()
     elif not distributed.port_is_free(port):
