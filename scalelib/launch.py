@@ -72,6 +72,7 @@ class LaunchResult:
     failed_ranks: tuple[int, ...]  # the rank that failed first, or every rank still running at a timeout
     message: str  # "" when every rank exited 0
     elapsed_s: float
+    stop_s: float  # from noticing the failure (or the timeout) until every process had ended; 0 if none
     launch_id: str  # in every started process's environment as SCALELIB_LAUNCH_ID
 
 
@@ -239,6 +240,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
         for r in ranks:
             r.forward(show_all or r.rank == 0, out, err, lock)
         failed, message, status = _supervise(ranks, start, timeout_s, interrupted)
+        noticed = time.monotonic()
         report = [] if status == INTERRUPT_STATUS else list(failed)
         dump = status == TIMEOUT_STATUS
         if failed and not dump and status != INTERRUPT_STATUS:
@@ -247,6 +249,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
                 dump, message = True, message.replace("; stopped the others", COLLECTIVE_HINT)
                 report = [r.rank for r in ranks if r.running() or r.rank in failed]
         _stop(ranks, dump_stacks=dump)
+        stop_s = time.monotonic() - noticed if status else 0.0
     finally:
         _stop(ranks, dump_stacks=False)
         _restore(previous)
@@ -255,7 +258,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
     if failed:
         _report(ranks, report, message, show_all, err, lock)
     return LaunchResult(status, tuple(_rank_result(r) for r in ranks), tuple(failed), message,
-                        time.monotonic() - start, launch_id)
+                        time.monotonic() - start, stop_s, launch_id)
 
 
 def _supervise(ranks: list[_Rank], start: float, timeout_s: float,

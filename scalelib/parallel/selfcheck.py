@@ -89,7 +89,7 @@ def collective_differences(ops, predicted, exact_counts: bool = False) -> list[s
 # ------------------------------------------------------------------ the checks
 
 
-def _reference(cfg, hp, tokens, steps: int = STEPS):
+def _reference(cfg, hp, tokens, state, steps: int = STEPS):
     """(initial state, grads of step 1, [(loss, params)] after each step) on this process's first device.
 
     ``train.make_step``'s arithmetic (``loss_and_grads`` then ``adam_update``), compiled once with the
@@ -104,7 +104,6 @@ def _reference(cfg, hp, tokens, steps: int = STEPS):
         params, opt = train.adam_update(hp, grads, state.opt, state.params)
         return train.TrainState(params, opt), loss, grads
 
-    state = train.init_state(jax.random.key(0), cfg)
     compiled, out, s, first_grads = jax.jit(step), [], state, None
     for _ in range(steps):
         s, loss, grads = compiled(s, tokens)
@@ -113,28 +112,36 @@ def _reference(cfg, hp, tokens, steps: int = STEPS):
     return state, first_grads, out
 
 
-def check_data_parallel() -> list[str]:
-    """Data parallelism with 2 accumulated microbatches (and full remat) over every device."""
+def _data_parallel_setup():
+    """The data-parallel case: (cfg, hp, mesh, batch, seq, tokens, state, placed state, placed tokens, compiled)."""
     import jax
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from scalelib import compat, distributed, hlo, model, train
+    from scalelib import compat, distributed, model, train
     from scalelib.parallel import data
 
     cfg, hp = model.small_config(), train.Adam(learning_rate=1e-2, eps=1e-3)  # eps: tests/test_parallel_data.py
     n = jax.device_count()
     batch, seq = 2 * n, 16
     mesh = compat.make_mesh((n,), ("data",))
-    tokens = train.batch(jax.random.key(1), cfg, batch, seq)  # [B, T+1], the same on every process
-    state, grads_ref, steps_ref = _reference(cfg, hp, tokens)
-    host_tokens = distributed.to_host(tokens)
+    tokens = distributed.to_host(train.batch(jax.random.key(1), cfg, batch, seq))  # [B, T+1], same on every process
+    state = train.init_state(jax.random.key(0), cfg)
     token_sharding = NamedSharding(mesh, P("data"))
-    rows = distributed.process_rows(token_sharding, host_tokens.shape)  # what this process's loader reads
-    t = distributed.from_process_rows(host_tokens[rows], token_sharding, host_tokens.shape)
+    rows = distributed.process_rows(token_sharding, tokens.shape)  # the rows this process's loader reads
+    t = distributed.from_process_rows(tokens[rows], token_sharding, tokens.shape)
     s = distributed.from_host(distributed.to_host(state), NamedSharding(mesh, P()))
     step = data.make_step(cfg, mesh, hp, microbatches=2, remat="full", return_grads=True)
-    compiled = step.lower(s, t).compile()
+    return cfg, hp, mesh, batch, seq, tokens, state, s, t, step.lower(s, t).compile()
+
+
+def check_data_parallel() -> list[str]:
+    """Data parallelism with 2 accumulated microbatches (and full remat) over every device."""
+    from scalelib import distributed, hlo
+    from scalelib.parallel import data
+
+    cfg, hp, mesh, batch, seq, tokens, state, s, t, compiled = _data_parallel_setup()
+    _, grads_ref, steps_ref = _reference(cfg, hp, tokens, state)
     problems = []
     for i, (loss_ref, params_ref) in enumerate(steps_ref, 1):
         s, loss, grads = compiled(s, t)
@@ -147,15 +154,12 @@ def check_data_parallel() -> list[str]:
                                                                             microbatches=2))
 
 
-def check_collective_matmul(kind: str) -> list[str]:
-    """The ``kind`` collective matmul, one way and both ways, on a ring of every device: values and
-    gradients against the unsharded product; ppermutes traced and, compiled, no other collective."""
+def _matmul_setup(kind: str, bidirectional: bool):
+    """(on_mesh function, compiled, placed x, placed w, host x, host w, tiles) on a ring of every device."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
-    from scalelib import compat, distributed, hlo
-    from scalelib import ring_collectives as rc
+    from scalelib import compat, distributed
     from scalelib.kernels import collective_matmul as cm
 
     n = jax.device_count()
@@ -163,27 +167,41 @@ def check_collective_matmul(kind: str) -> list[str]:
     b, k, f = 4, 4 * n, 4 * n * tiles  # local blocks of 4 columns: even halves on every ring
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((b, k)).astype(np.float32), rng.standard_normal((k, f)).astype(np.float32)
-    probe = rng.standard_normal((b, f)).astype(np.float32)  # d loss / d out
     mesh = compat.make_mesh((n,), ("Y",))
     lhs, rhs, _ = cm.shardings(kind, "Y", None)
-    problems = []
+    fn = cm.on_mesh(mesh, kind, "Y", None, bidirectional, num_tiles=tiles)
+    xs = distributed.from_host(x, jax.sharding.NamedSharding(mesh, lhs.spec))
+    ws = distributed.from_host(w, jax.sharding.NamedSharding(mesh, rhs.spec))
+    return fn, fn.jitted.lower(xs, ws).compile(), xs, ws, x, w, tiles
+
+
+def check_collective_matmul(kind: str) -> list[str]:
+    """The ``kind`` collective matmul, one way and both ways, on a ring of every device: values and
+    gradients against the unsharded product; ppermutes traced and, compiled, no other collective."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from scalelib import distributed, hlo
+    from scalelib import ring_collectives as rc
+    from scalelib.kernels import collective_matmul as cm
+
+    problems, n = [], jax.device_count()
     for bidi in (False, True):
         way = "both ways" if bidi else "one way"
-        fn = cm.on_mesh(mesh, kind, "Y", None, bidi, num_tiles=tiles)
-        xs = distributed.from_host(x, jax.sharding.NamedSharding(mesh, lhs.spec))
-        ws = distributed.from_host(w, jax.sharding.NamedSharding(mesh, rhs.spec))
-        compiled = fn.jitted.lower(xs, ws).compile()  # run and read: one compile
+        fn, compiled, xs, ws, x, w, tiles = _matmul_setup(kind, bidi)
+        probe = np.random.default_rng(1).standard_normal((x.shape[0], w.shape[1])).astype(np.float32)  # dL/dOut
         want = x.astype(np.float64) @ w.astype(np.float64)
         problems += differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product", MATMUL_RTOL,
                                 MATMUL_ATOL)
-        grad = jax.jit(jax.grad(lambda a, c, f=fn: jnp.sum(f.jitted(a, c) * probe), argnums=(0, 1)))(xs, ws)
-        plain = jax.grad(lambda a, c: jnp.sum(jnp.dot(a, c, precision="highest") * probe), argnums=(0, 1))(x, w)
+        grad = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1)))(xs, ws)
+        plain = jax.grad(lambda a, c, g=probe: jnp.sum(jnp.dot(a, c, precision="highest") * g), argnums=(0, 1))(x, w)
         problems += differences(distributed.to_host(grad), distributed.to_host(plain), f"{way} gradient",
                                 MATMUL_RTOL, MATMUL_ATOL)
-        sends = rc.trace_ppermutes(fn.jitted, xs, ws).sends
-        if sends != cm.expected_ppermutes(kind, n, bidi, tiles):
-            problems.append(f"{way}: {sends} ppermutes traced, {cm.expected_ppermutes(kind, n, bidi, tiles)} predicted")
-        kinds = {o.kind for o in hlo.collective_ops(compiled.as_text(), dict(mesh.shape))}
+        sends, want_sends = rc.trace_ppermutes(fn.jitted, xs, ws).sends, cm.expected_ppermutes(kind, n, bidi, tiles)
+        if sends != want_sends:
+            problems.append(f"{way}: {sends} ppermutes traced, {want_sends} predicted")
+        kinds = {o.kind for o in hlo.collective_ops(compiled.as_text(), {"Y": n})}
         if kinds != {"collective_permute"}:
             problems.append(f"{way}: compiled collectives {sorted(kinds)}, predicted only collective_permute")
     return problems
@@ -194,6 +212,22 @@ def checks() -> dict[str, Callable[[], list[str]]]:
     out: dict[str, Callable[[], list[str]]] = {"data": check_data_parallel}
     for kind in ("all_gather", "reduce_scatter", "all_reduce"):
         out[f"collective_matmul.{kind}"] = lambda kind=kind: check_collective_matmul(kind)
+    return out
+
+
+def benchmarks() -> dict[str, Callable[[], tuple[Callable, tuple]]]:
+    """Scheme name -> a function building (compiled step, its placed inputs), for timing."""
+    def data_step():
+        *_, s, t, compiled = _data_parallel_setup()
+        return compiled, (s, t)
+
+    def matmul_step(kind: str):
+        _, compiled, xs, ws, *_ = _matmul_setup(kind, False)
+        return compiled, (xs, ws)
+
+    out: dict[str, Callable[[], tuple[Callable, tuple]]] = {"data": data_step}
+    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+        out[f"collective_matmul.{kind}"] = lambda kind=kind: matmul_step(kind)
     return out
 
 

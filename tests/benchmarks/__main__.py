@@ -6,6 +6,8 @@ Prints, side by side in one run:
 * each training scheme's step time against the single-device step (small model);
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
+* with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
+  x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
   sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
   overhead against the notebook's own execution time.
@@ -193,7 +195,13 @@ def main() -> int:
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
+    parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
     args = parser.parse_args()
+    if args.multiprocess:
+        from tests.benchmarks import multiprocess
+
+        multiprocess.report()
+        return 0
     if args.grading:
         grading_throughput(copies=args.copies, workers=args.workers)
         return 0
