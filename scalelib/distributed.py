@@ -263,8 +263,8 @@ def from_process_rows(local: Any, sharding, global_shape: tuple[int, ...]):
     local = np.asarray(local)
     want = (rows.stop - rows.start, *global_shape[1:])
     if local.shape != want:
-        raise ValueError(f"process {jax.process_index()} holds rows {rows.start}:{rows.stop} of a {tuple(global_shape)} "
-                         f"array, so its local data must have shape {want}, got {local.shape}")
+        raise ValueError(f"process {jax.process_index()} holds rows {rows.start}:{rows.stop} of a "
+                         f"{tuple(global_shape)} array, so its local data must have shape {want}, got {local.shape}")
     return jax.make_array_from_process_local_data(sharding, local, tuple(global_shape))
 
 

@@ -51,7 +51,7 @@ def differences(got, want, what: str, rtol: float = RTOL, atol: float = ATOL) ->
     wants = jax.tree.leaves(want)
     if len(pairs) != len(wants):
         return [f"{what}: {len(pairs)} arrays, expected {len(wants)}"]
-    for (path, g), w in zip(pairs, wants):
+    for (path, g), w in zip(pairs, wants, strict=True):
         g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
         if g.shape != w.shape:
             out.append(f"{what}{jax.tree_util.keystr(path)} has shape {g.shape}, expected {w.shape}")
