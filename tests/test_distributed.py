@@ -35,7 +35,8 @@ def test_initialize_in_a_running_session_only_checks_devices(monkeypatch):
     info = distributed.initialize(8)  # this test session already runs 8 CPU devices alone
     assert (info.process_id, info.num_processes, info.source) == (0, 1, "single process")
     assert info.local_device_count == info.device_count >= 8
-    assert str(info) == f"process 0 of 1 (single process): {info.device_count} of {info.device_count} cpu devices are local"
+    n = info.device_count
+    assert str(info) == f"process 0 of 1 (single process): {n} of {n} cpu devices are local"
     with pytest.raises(distributed.DistributedSetupError, match="has 8 CPU devices but 16 were asked for"):
         distributed.initialize(16)
     for name, value in GOOD.items():

@@ -47,7 +47,8 @@ def test_differences_are_reported():
     want = {"w": np.ones((2, 3)), "b": np.zeros(3)}
     assert selfcheck.differences(want, want, "params") == []
     off = {"w": np.ones((2, 3)) + 2e-5, "b": np.zeros(3)}
-    assert selfcheck.differences(off, want, "params") == ["params['w'] off by up to 1.00e-05 beyond rtol 1e-05 (atol 1e-06)"]
+    assert selfcheck.differences(off, want, "params") == [
+        "params['w'] off by up to 1.00e-05 beyond rtol 1e-05 (atol 1e-06)"]
     assert "has shape (3,), expected (2, 3)" in selfcheck.differences({"w": np.ones(3), "b": np.zeros(3)}, want, "p")[0]
 
 
