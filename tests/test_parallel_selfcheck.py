@@ -1,7 +1,8 @@
 """scalelib.parallel.selfcheck: every scheme across 2 processes x 4 devices against one device.
 
 One launch runs every check (``python -m scalelib.launch --processes 2 --local-devices 4 -m
-scalelib.parallel.selfcheck``); each scheme's line is then its own test. The comparison helpers are
+scalelib.parallel.selfcheck``); each scheme's line is then its own test. The floor suite deselects the
+``sweep`` mark and runs one scheme across processes (the single-process tests cover every scheme there). The comparison helpers are
 shown to catch a difference, so an "ok" line means something.
 """
 
@@ -15,13 +16,17 @@ from scalelib import launch
 from scalelib.parallel import data, selfcheck
 from tests import test_collective_matmul, test_parallel_data
 
-SCHEMES = list(selfcheck.checks())
+SMOKE = "data"  # the one scheme the floor suite runs across processes (-m "not sweep")
+SCHEMES = [pytest.param(name, marks=() if name == SMOKE else pytest.mark.sweep) for name in selfcheck.checks()]
 
 
 @pytest.fixture(scope="module")
-def two_processes():
+def two_processes(request):
+    """One launch of the selfcheck for every scheme whose test below was selected."""
+    selected = [item.callspec.params["scheme"] for item in request.session.items
+                if item.originalname == "test_scheme_matches_single_device" and item.path == request.path]
     out, err = io.StringIO(), io.StringIO()
-    result = launch.launch(["-m", "scalelib.parallel.selfcheck"], 2, 4, timeout_s=900, out=out, err=err)
+    result = launch.launch(["-m", "scalelib.parallel.selfcheck", *selected], 2, 4, timeout_s=900, out=out, err=err)
     return result, out.getvalue(), err.getvalue()
 
 
