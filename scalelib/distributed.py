@@ -284,6 +284,19 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(one, tree)
 
 
+def barrier(name: str) -> None:
+    """Wait until every process reaches this point (a no-op alone).
+
+    Call it after work whose length varies between processes (compiling, loading) and before new
+    collectives: the first collective over a new group of devices waits only 30 s for every member.
+    """
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
 # ------------------------------------------------------------------ python -m scalelib.distributed
 
 

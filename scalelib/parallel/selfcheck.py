@@ -1,30 +1,61 @@
-"""Every parallel scheme against the single-device step, on every device of the job.
+"""Every parallel scheme against the single-device step, on the devices of every process of the job.
 
-    python -m scalelib.parallel.selfcheck                          # one process, its local devices
+    python -m scalelib.parallel.selfcheck [SCHEME ...]             # one process, 8 local devices
     python -m scalelib.launch --processes 2 --local-devices 4 -m scalelib.parallel.selfcheck
 
 One line per scheme: ``<scheme> ok`` or what differed; the exit status is 1 if anything differed.
-Each check builds its inputs per process (``scalelib.distributed.from_host`` / ``from_process_rows``:
-no process needs to address another's devices), runs the sharded step on a mesh over all devices of
-all processes, gathers the results to every process (``to_host``) and compares them with the same
-step on one local device: losses and weights after several steps and the gradients, at the
-tolerances of the single-process tests (float32, rtol 1e-5, atol 1e-6; the collective matmuls
-1e-5 / 1e-5). The compiled program's collectives are held against the scheme's prediction, as in
-the tests. With 2 processes the mesh's first axis crosses them, so a data axis (or the multislice
-DCN axis) runs between processes while the axes inside one process stay on its own devices.
+Every case (``cases()``: each registered scheme, ZeRO at its three stages, both pipeline orders and
+both sequence methods, and the three collective matmuls) builds its inputs per process
+(``distributed.from_host`` for the state every process can make from the same seed,
+``distributed.from_process_rows`` for the rows of the batch its devices hold), runs the scheme's step on
+a mesh spanning every process, gathers the results (``distributed.to_host``) and compares them with
+the same step on one local device: the loss and weights after each of 3 steps, the first step's
+gradients and the last Adam moments, at the tolerances of tests/test_parallel_schemes.py and
+tests/test_collective_matmul.py. The compiled program's collectives are held against the scheme's
+prediction as those tests do. The meshes are laid out for 8 devices (2 processes x 4: the first mesh
+axis crosses the processes, so multislice's DCN axis runs between them and ICI axes inside each).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-RTOL, ATOL = 1e-5, 1e-6  # tests/test_parallel_*.py
-MATMUL_RTOL = MATMUL_ATOL = 1e-5  # tests/test_collective_matmul.py
+from scalelib.parallel import compare
+
+RTOL, ATOL = compare.RTOL, compare.ATOL
+MATMUL_RTOL, MATMUL_ATOL = compare.MATMUL_RTOL, compare.MATMUL_ATOL
 STEPS = 3
+DEVICES = 8  # the meshes below are laid out for this many devices in all
+
+
+@dataclass(frozen=True)
+class Case:
+    """One scheme on one mesh and model, and how its compiled collectives are compared.
+
+    ``collectives``: "sums" (bytes per (kind, axes) equal, counts at most the predicted ones),
+    "counts" (counts equal too), "each" (every op) or "loop" (the pipeline's rolled tick loop).
+    ``merged``: predicted ops XLA:CPU folds into others (FSDP's backward regathers, see
+    tests/test_parallel_schemes.py). A mesh smaller than the job takes the same number of devices
+    from every process, so it still spans them.
+    """
+
+    name: str
+    scheme: Any  # a scalelib.parallel.Scheme
+    shape: tuple[int, ...]
+    cfg: Any  # TransformerConfig
+    hp: Any  # train.Adam
+    batch: int = 16
+    seq: int = 16
+    loss_atol: float = ATOL
+    collectives: str = "sums"
+    merged: Callable[[Any], bool] = field(default=lambda c: False)
 
 
 @dataclass(frozen=True)
@@ -41,120 +72,127 @@ class CheckResult:
         return f"{self.scheme} ok" if self.ok else f"{self.scheme} DIFFERS: " + "; ".join(self.problems)
 
 
-def differences(got, want, what: str, rtol: float = RTOL, atol: float = ATOL) -> list[str]:
-    """Leaves of ``got`` not within ``rtol`` / ``atol`` of ``want`` (both pytrees of host arrays)."""
-    import jax
-    import numpy as np
-
-    out = []
-    pairs = jax.tree_util.tree_flatten_with_path(got)[0]
-    wants = jax.tree.leaves(want)
-    if len(pairs) != len(wants):
-        return [f"{what}: {len(pairs)} arrays, expected {len(wants)}"]
-    for (path, g), w in zip(pairs, wants, strict=True):
-        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        if g.shape != w.shape:
-            out.append(f"{what}{jax.tree_util.keystr(path)} has shape {g.shape}, expected {w.shape}")
-        elif not np.allclose(g, w, rtol=rtol, atol=atol):
-            excess = np.max(np.abs(g - w) - rtol * np.abs(w))
-            out.append(f"{what}{jax.tree_util.keystr(path)} off by up to {excess:.2e} beyond rtol {rtol:g} "
-                       f"(atol {atol:g})")
-    return out
+def _regather(c: Any) -> bool:
+    return c.kind == "all_gather" and c.phase == "backward"
 
 
-def collective_differences(ops, predicted, exact_counts: bool = False) -> list[str]:
-    """Compiled collectives (``hlo.collective_ops``) against a prediction (``data.Collective``s).
+@functools.cache
+def cases() -> dict[str, Case]:
+    """The scheme cases by name (the models and settings of tests/test_parallel_schemes.py)."""
+    from scalelib import model, train
+    from scalelib.parallel import data, expert, fsdp, fsdp_tp, multislice, pipeline, sequence, tensor
 
-    Bytes per (kind, axes) must match exactly; XLA may combine ops of one kind into one tuple op,
-    so the compiled count may only be lower (equal when ``exact_counts``), as in the tests.
-    """
-    from scalelib.parallel import data
+    hp, hp_lr = train.Adam(learning_rate=1e-2, eps=1e-3), train.Adam(learning_rate=1e-2, eps=1e-2)
+    cfg = model.small_config()
+    tp = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)  # a model axis of 4 divides N and K
+    pp = model.small_config(n_layers=4)
+    moe = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32, n_shared_experts=1, router_bias=True)
+    seq = model.small_config(n_layers=1, n_experts=4, experts_per_token=2, expert_d_ff=32, qkv_bias=True)
+    no_drop = moe.n_experts / moe.experts_per_token  # every expert has a slot for every token
+    out = [
+        Case("data", data.DataParallel(microbatches=2, remat="full"), (8,), cfg, hp),
+        *(Case(f"zero{s}", fsdp.FSDP(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
+               merged=_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
+        Case("tensor", tensor.TensorParallel(), (2, 4), tp, hp),
+        Case("fsdp_tp", fsdp_tp.FSDPTensor(), (2, 4), tp, hp, collectives="counts", merged=_regather),
+        Case("multislice", multislice.Multislice(), (2, 4), cfg, hp),
+        Case("pipeline.gpipe", pipeline.Pipeline(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("pipeline.1f1b", pipeline.Pipeline(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("expert", expert.ExpertParallel(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
+        *(Case(f"sequence.{m}", sequence.SequenceParallel(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
+          for m in ("all_gather", "ring")),
+    ]
+    return {c.name: c for c in out}
 
-    got_bytes, want_bytes = data.sum_by_kind(ops), data.sum_by_kind(predicted)
-    out = [f"{kind} over {axes}: compiled {got_bytes.get((kind, axes), 0)} bytes, predicted {b}"
-           for (kind, axes), b in want_bytes.items() if got_bytes.get((kind, axes), 0) != b]
-    out += [f"unpredicted {kind} over {axes} ({b} bytes)" for (kind, axes), b in got_bytes.items()
-            if (kind, axes) not in want_bytes]
-    got, want = {}, {}
-    for c in ops:
-        got[(c.kind, c.axes)] = got.get((c.kind, c.axes), 0) + 1
-    for c in predicted:
-        want[(c.kind, c.axes)] = want.get((c.kind, c.axes), 0) + c.count
-    for key, n in want.items():
-        if key in got and not (got[key] == n if exact_counts else 1 <= got[key] <= n):
-            out.append(f"{key[0]} over {key[1]}: {got[key]} ops compiled, {n} predicted")
-    return out
 
-
-# ------------------------------------------------------------------ the checks
-
-
-def _reference(cfg, hp, tokens, state, steps: int = STEPS):
-    """(initial state, grads of step 1, [(loss, params)] after each step) on this process's first device.
-
-    ``train.make_step``'s arithmetic (``loss_and_grads`` then ``adam_update``), compiled once with the
-    gradients as an extra output.
-    """
+def spread_devices(n: int) -> list:
+    """``n`` devices, the same number from every process (all of them when ``n`` is the job's size)."""
     import jax
 
-    from scalelib import train
+    procs = sorted({d.process_index for d in jax.devices()})
+    if n % len(procs):
+        raise ValueError(f"a mesh of {n} devices cannot take as many from each of {len(procs)} processes")
+    return [d for p in procs for d in sorted((d for d in jax.devices() if d.process_index == p),
+                                             key=lambda d: d.id)[:n // len(procs)]]
+
+
+@functools.cache
+def _reference(cfg, hp, batch: int, seq: int):
+    """Host (state, tokens) and, on this process's first device, [(loss, params)] after each step,
+    the first step's gradients and the last Adam moments. No scheme overrides ``reference_step``, so
+    this is ``train.make_step``'s arithmetic, compiled once with the gradients as an extra output."""
+    import jax
+
+    from scalelib import distributed, train
 
     def step(state, tokens):
         loss, grads = train.loss_and_grads(state.params, tokens, cfg)
         params, opt = train.adam_update(hp, grads, state.opt, state.params)
         return train.TrainState(params, opt), loss, grads
 
-    compiled, out, s, first_grads = jax.jit(step), [], state, None
-    for _ in range(steps):
+    # one compiled program each (eagerly, every random array would be a compile of its own)
+    state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
+    tokens = jax.jit(lambda key: train.batch(key, cfg, batch, seq))(jax.random.key(1))
+    compiled, steps, s, first_grads = jax.jit(step), [], state, None
+    for _ in range(STEPS):
         s, loss, grads = compiled(s, tokens)
         first_grads = grads if first_grads is None else first_grads
-        out.append((float(loss), s.params))
-    return state, first_grads, out
+        steps.append((float(loss), distributed.to_host(s.params)))
+    host = distributed.to_host
+    return host(state), host(tokens), steps, host(first_grads), host(s.opt.nu)
 
 
-def _data_parallel_setup():
-    """The data-parallel case: (cfg, hp, mesh, batch, seq, tokens, state, placed state, placed tokens, compiled)."""
+def setup(case: Case):
+    """(mesh, placed state, placed tokens, compiled step returning grads too) for ``case``."""
     import jax
     from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
 
-    from scalelib import compat, distributed, model, train
-    from scalelib.parallel import data
+    from scalelib import compat, distributed
 
-    cfg, hp = model.small_config(), train.Adam(learning_rate=1e-2, eps=1e-3)  # eps: tests/test_parallel_data.py
-    n = jax.device_count()
-    batch, seq = 2 * n, 16
-    mesh = compat.make_mesh((n,), ("data",))
-    tokens = distributed.to_host(train.batch(jax.random.key(1), cfg, batch, seq))  # [B, T+1], same on every process
-    state = train.init_state(jax.random.key(0), cfg)
-    token_sharding = NamedSharding(mesh, P("data"))
-    rows = distributed.process_rows(token_sharding, tokens.shape)  # the rows this process's loader reads
+    n = math.prod(case.shape)
+    mesh = compat.make_mesh(case.shape, case.scheme.mesh_axes,
+                            devices=None if n == jax.device_count() else spread_devices(n))
+    state, tokens, *_ = _reference(case.cfg, case.hp, case.batch, case.seq)
+    shape = dict(mesh.shape)
+    case.scheme.check(case.cfg, shape, case.batch, case.seq)
+    shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), case.scheme.state_specs(state.params, shape),
+                             is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    s = distributed.from_host(state, shardings)
+    token_sharding = NamedSharding(mesh, case.scheme.token_spec(shape))
+    rows = distributed.process_rows(token_sharding, tokens.shape)  # what this process's loader would read
     t = distributed.from_process_rows(tokens[rows], token_sharding, tokens.shape)
-    s = distributed.from_host(distributed.to_host(state), NamedSharding(mesh, P()))
-    step = data.make_step(cfg, mesh, hp, microbatches=2, remat="full", return_grads=True)
-    return cfg, hp, mesh, batch, seq, tokens, state, s, t, step.lower(s, t).compile()
+    compiled = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile()
+    distributed.barrier(f"{case.name} compiled")  # then its new groups of devices meet within gloo's 30 s
+    return mesh, s, t, compiled
 
 
-def check_data_parallel() -> list[str]:
-    """Data parallelism with 2 accumulated microbatches (and full remat) over every device."""
+def check_scheme(case: Case) -> list[str]:
     from scalelib import distributed, hlo
-    from scalelib.parallel import data
 
-    cfg, hp, mesh, batch, seq, tokens, state, s, t, compiled = _data_parallel_setup()
-    _, grads_ref, steps_ref = _reference(cfg, hp, tokens, state)
-    problems = []
-    for i, (loss_ref, params_ref) in enumerate(steps_ref, 1):
+    mesh, s, t, compiled = setup(case)
+    _, _, steps, grads_ref, nu_ref = _reference(case.cfg, case.hp, case.batch, case.seq)
+    problems, first = [], None
+    for i, (loss_ref, params_ref) in enumerate(steps, 1):
         s, loss, grads = compiled(s, t)
-        if i == 1:
-            problems += differences(distributed.to_host(grads), distributed.to_host(grads_ref), "grads")
-        problems += differences(distributed.to_host(loss), loss_ref, f"loss at step {i}")
-        problems += differences(distributed.to_host(s.params), distributed.to_host(params_ref), f"step {i} params")
-    ops = hlo.collective_ops(compiled.as_text(), dict(mesh.shape))
-    return problems + collective_differences(ops, data.predicted_collectives(cfg, dict(mesh.shape), batch, seq,
-                                                                            microbatches=2))
+        first = grads if first is None else first
+        problems += compare.differences(distributed.to_host(loss), loss_ref, f"loss at step {i}", atol=case.loss_atol)
+        problems += compare.differences(distributed.to_host(s.params), params_ref, f"step {i} params")
+    problems += compare.differences(distributed.to_host(first), grads_ref, "step 1 grads")
+    problems += compare.differences(distributed.to_host(s.opt.nu), nu_ref, "last Adam nu")
+    problems += compare.placement(case.scheme, s, first, dict(mesh.shape))
+    text = compiled.as_text()
+    predicted = [c for c in case.scheme.predicted_collectives(case.cfg, dict(mesh.shape), case.batch, case.seq)
+                 if not case.merged(c)]
+    problems += compare.collectives(hlo.collective_ops(text, dict(mesh.shape)), predicted, case.collectives, text)
+    if case.name == "multislice":
+        problems += compare.axes_cross_processes(mesh, crossing=("slice",), inside=("data",))
+    return problems
 
 
-def _matmul_setup(kind: str, bidirectional: bool):
+MATMUL_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def matmul_setup(kind: str, bidirectional: bool):
     """(on_mesh function, compiled, placed x, placed w, host x, host w, tiles) on a ring of every device."""
     import jax
     import numpy as np
@@ -172,12 +210,14 @@ def _matmul_setup(kind: str, bidirectional: bool):
     fn = cm.on_mesh(mesh, kind, "Y", None, bidirectional, num_tiles=tiles)
     xs = distributed.from_host(x, jax.sharding.NamedSharding(mesh, lhs.spec))
     ws = distributed.from_host(w, jax.sharding.NamedSharding(mesh, rhs.spec))
-    return fn, fn.jitted.lower(xs, ws).compile(), xs, ws, x, w, tiles
+    compiled = fn.jitted.lower(xs, ws).compile()
+    distributed.barrier(f"{kind} matmul compiled")
+    return fn, compiled, xs, ws, x, w, tiles
 
 
-def check_collective_matmul(kind: str) -> list[str]:
-    """The ``kind`` collective matmul, one way and both ways, on a ring of every device: values and
-    gradients against the unsharded product; ppermutes traced and, compiled, no other collective."""
+def check_matmul(kind: str) -> list[str]:
+    """The ``kind`` collective matmul, one way and both ways, on a ring through every device: product
+    and gradients against the unsharded ones; its ppermutes traced and, compiled, no other collective."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -189,15 +229,15 @@ def check_collective_matmul(kind: str) -> list[str]:
     problems, n = [], jax.device_count()
     for bidi in (False, True):
         way = "both ways" if bidi else "one way"
-        fn, compiled, xs, ws, x, w, tiles = _matmul_setup(kind, bidi)
+        fn, compiled, xs, ws, x, w, tiles = matmul_setup(kind, bidi)
         probe = np.random.default_rng(1).standard_normal((x.shape[0], w.shape[1])).astype(np.float32)  # dL/dOut
         want = x.astype(np.float64) @ w.astype(np.float64)
-        problems += differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product", MATMUL_RTOL,
-                                MATMUL_ATOL)
+        problems += compare.differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product",
+                                        MATMUL_RTOL, MATMUL_ATOL)
         grad = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1)))(xs, ws)
         plain = jax.grad(lambda a, c, g=probe: jnp.sum(jnp.dot(a, c, precision="highest") * g), argnums=(0, 1))(x, w)
-        problems += differences(distributed.to_host(grad), distributed.to_host(plain), f"{way} gradient",
-                                MATMUL_RTOL, MATMUL_ATOL)
+        problems += compare.differences(distributed.to_host(grad), distributed.to_host(plain), f"{way} gradient",
+                                        MATMUL_RTOL, MATMUL_ATOL)
         sends, want_sends = rc.trace_ppermutes(fn.jitted, xs, ws).sends, cm.expected_ppermutes(kind, n, bidi, tiles)
         if sends != want_sends:
             problems.append(f"{way}: {sends} ppermutes traced, {want_sends} predicted")
@@ -207,27 +247,30 @@ def check_collective_matmul(kind: str) -> list[str]:
     return problems
 
 
+def matmul_step(kind: str) -> tuple[Callable, tuple]:
+    _, compiled, xs, ws, *_ = matmul_setup(kind, False)
+    return compiled, (xs, ws)
+
+
 def checks() -> dict[str, Callable[[], list[str]]]:
     """Scheme name -> a check returning what differed (empty: the scheme matched)."""
-    out: dict[str, Callable[[], list[str]]] = {"data": check_data_parallel}
-    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
-        out[f"collective_matmul.{kind}"] = lambda kind=kind: check_collective_matmul(kind)
+    out: dict[str, Callable[[], list[str]]] = {name: functools.partial(check_scheme, case)
+                                               for name, case in cases().items()}
+    for kind in MATMUL_KINDS:
+        out[f"collective_matmul.{kind}"] = functools.partial(check_matmul, kind)
     return out
 
 
 def benchmarks() -> dict[str, Callable[[], tuple[Callable, tuple]]]:
     """Scheme name -> a function building (compiled step, its placed inputs), for timing."""
-    def data_step():
-        *_, s, t, compiled = _data_parallel_setup()
+    def scheme_step(case: Case) -> tuple[Callable, tuple]:
+        _, s, t, compiled = setup(case)
         return compiled, (s, t)
 
-    def matmul_step(kind: str):
-        _, compiled, xs, ws, *_ = _matmul_setup(kind, False)
-        return compiled, (xs, ws)
-
-    out: dict[str, Callable[[], tuple[Callable, tuple]]] = {"data": data_step}
-    for kind in ("all_gather", "reduce_scatter", "all_reduce"):
-        out[f"collective_matmul.{kind}"] = lambda kind=kind: matmul_step(kind)
+    out: dict[str, Callable[[], tuple[Callable, tuple]]] = {name: functools.partial(scheme_step, case)
+                                                            for name, case in cases().items()}
+    for kind in MATMUL_KINDS:
+        out[f"collective_matmul.{kind}"] = functools.partial(matmul_step, kind)
     return out
 
 
@@ -247,13 +290,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scalelib.parallel.selfcheck", description=__doc__.split("\n")[0])
     parser.add_argument("schemes", nargs="*", help="schemes to check (default: all)")
     parser.add_argument("--local-devices", type=int, default=None,
-                        help="CPU devices for a single-process run (default 8; under the launcher, its count)")
+                        help=f"CPU devices for a single-process run (default {DEVICES}; under the launcher, its count)")
     args = parser.parse_args(argv)
     from scalelib import compat, distributed
 
     if distributed.launch_env() is None and args.local_devices is None:
-        args.local_devices = 8
+        args.local_devices = DEVICES
     info = distributed.initialize(args.local_devices)
+    if info.device_count != DEVICES:
+        print(f"the selfcheck's meshes are laid out for {DEVICES} devices in all; this job has {info.device_count}",
+              file=sys.stderr)
+        return 2
     if info.process_id == 0:
         print(f"selfcheck on {info}", flush=True)
     failed = 0
