@@ -79,9 +79,9 @@ def _regather(c: Any) -> bool:
 @functools.cache
 def cases() -> dict[str, Case]:
     """The scheme cases by name (the models and settings of tests/test_parallel_schemes.py)."""
-    from scalelib import model, train
-    from scalelib.parallel import data, expert, fsdp, fsdp_tp, multislice, pipeline, sequence, tensor
+    from scalelib import model, parallel, train
 
+    get = parallel.get  # the registry: scheme name -> Scheme class
     hp, hp_lr = train.Adam(learning_rate=1e-2, eps=1e-3), train.Adam(learning_rate=1e-2, eps=1e-2)
     cfg = model.small_config()
     tp = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)  # a model axis of 4 divides N and K
@@ -90,16 +90,16 @@ def cases() -> dict[str, Case]:
     seq = model.small_config(n_layers=1, n_experts=4, experts_per_token=2, expert_d_ff=32, qkv_bias=True)
     no_drop = moe.n_experts / moe.experts_per_token  # every expert has a slot for every token
     out = [
-        Case("data", data.DataParallel(microbatches=2, remat="full"), (8,), cfg, hp),
-        *(Case(f"zero{s}", fsdp.FSDP(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
+        Case("data", get("data")(microbatches=2, remat="full"), (8,), cfg, hp),
+        *(Case(f"zero{s}", get("fsdp")(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
                merged=_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
-        Case("tensor", tensor.TensorParallel(), (2, 4), tp, hp),
-        Case("fsdp_tp", fsdp_tp.FSDPTensor(), (2, 4), tp, hp, collectives="counts", merged=_regather),
-        Case("multislice", multislice.Multislice(), (2, 4), cfg, hp),
-        Case("pipeline.gpipe", pipeline.Pipeline(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("pipeline.1f1b", pipeline.Pipeline(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("expert", expert.ExpertParallel(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
-        *(Case(f"sequence.{m}", sequence.SequenceParallel(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
+        Case("tensor", get("tensor")(), (2, 4), tp, hp),
+        Case("fsdp_tp", get("fsdp_tp")(), (2, 4), tp, hp, collectives="counts", merged=_regather),
+        Case("multislice", get("multislice")(), (2, 4), cfg, hp),
+        Case("pipeline.gpipe", get("pipeline")(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("pipeline.1f1b", get("pipeline")(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("expert", get("expert")(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
+        *(Case(f"sequence.{m}", get("sequence")(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
           for m in ("all_gather", "ring")),
     ]
     return {c.name: c for c in out}
