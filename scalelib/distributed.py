@@ -37,11 +37,15 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from scalelib import devices  # no JAX at import: the launcher imports this module
+
+if TYPE_CHECKING:
+    import jax
 
 ENV_COORDINATOR = "SCALELIB_COORDINATOR"  # host:port of process 0's coordination service
 ENV_NUM_PROCESSES = "SCALELIB_NUM_PROCESSES"
@@ -204,7 +208,7 @@ def _fail_fast_on_uncaught_exceptions() -> None:
     """
     previous = sys.excepthook
 
-    def hook(exc_type, exc, tb) -> None:
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
         previous(exc_type, exc, tb)
         _exit_now(1)
 
@@ -231,7 +235,7 @@ def from_host(tree: Any, shardings: Any) -> Any:
     """
     import jax
 
-    def one(x, sharding):
+    def one(x: Any, sharding: jax.sharding.Sharding) -> jax.Array:
         x = np.asarray(x)
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
@@ -240,7 +244,7 @@ def from_host(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(one, tree, shardings)
 
 
-def process_rows(sharding, global_shape: tuple[int, ...]) -> slice:
+def process_rows(sharding: jax.sharding.Sharding, global_shape: tuple[int, ...]) -> slice:
     """The rows (leading dim) of a global array that this process's devices hold, as one slice."""
     index_map = sharding.addressable_devices_indices_map(tuple(global_shape))
     rows = {range(*ix[0].indices(global_shape[0])) if ix else range(global_shape[0]) for ix in index_map.values()}
@@ -252,7 +256,7 @@ def process_rows(sharding, global_shape: tuple[int, ...]) -> slice:
     return slice(start, stop)
 
 
-def from_process_rows(local: Any, sharding, global_shape: tuple[int, ...]):
+def from_process_rows(local: Any, sharding: jax.sharding.Sharding, global_shape: tuple[int, ...]) -> jax.Array:
     """A global array from the rows this process holds (``process_rows``): a data loader's batch.
 
     ``jax.make_array_from_process_local_data``, with a clear error when the rows do not fit.
@@ -274,7 +278,7 @@ def to_host(tree: Any) -> Any:
     import jax
     from jax.experimental import multihost_utils
 
-    def one(x):
+    def one(x: Any) -> np.ndarray:
         if not isinstance(x, jax.Array) or x.is_fully_addressable:
             return np.asarray(x)
         if x.is_fully_replicated:

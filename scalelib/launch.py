@@ -133,7 +133,7 @@ def _check_target(target: Sequence[str]) -> None:
 class _Rank:
     """One process: its Popen, the threads forwarding its output, the tail kept for reports."""
 
-    def __init__(self, rank: int, cmd: list[str], env: dict[str, str]):
+    def __init__(self, rank: int, cmd: list[str], env: dict[str, str]) -> None:
         self.rank = rank
         self.stopped = False  # still running when the launcher began stopping processes
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -147,7 +147,7 @@ class _Rank:
             t.start()
             self.threads.append(t)
 
-    def _pump(self, pipe, sink: TextIO | None, lock: threading.Lock) -> None:
+    def _pump(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
         for line in pipe:
             text = GLOO_CHATTER.sub("", line.rstrip("\n"))
             if not text.strip() and line.strip():

@@ -25,9 +25,16 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scalelib.parallel import compare
+
+if TYPE_CHECKING:
+    import jax
+    import numpy as np
+
+    from scalelib import train
+    from scalelib.transformer import TransformerConfig
 
 RTOL, ATOL = compare.RTOL, compare.ATOL
 MATMUL_RTOL, MATMUL_ATOL = compare.MATMUL_RTOL, compare.MATMUL_ATOL
@@ -117,7 +124,7 @@ def spread_devices(n: int) -> list:
 
 
 @functools.cache
-def _reference(cfg, hp, batch: int, seq: int):
+def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> tuple[Any, np.ndarray, list, Any, Any]:
     """Host (state, tokens) and, on this process's first device, [(loss, params)] after each step,
     the first step's gradients and the last Adam moments. No scheme overrides ``reference_step``, so
     this is ``train.make_step``'s arithmetic, compiled once with the gradients as an extra output."""
@@ -125,7 +132,7 @@ def _reference(cfg, hp, batch: int, seq: int):
 
     from scalelib import distributed, train
 
-    def step(state, tokens):
+    def step(state: train.TrainState, tokens: jax.Array) -> tuple[train.TrainState, jax.Array, Any]:
         loss, grads = train.loss_and_grads(state.params, tokens, cfg)
         params, opt = train.adam_update(hp, grads, state.opt, state.params)
         return train.TrainState(params, opt), loss, grads
@@ -142,7 +149,7 @@ def _reference(cfg, hp, batch: int, seq: int):
     return host(state), host(tokens), steps, host(first_grads), host(s.opt.nu)
 
 
-def setup(case: Case):
+def setup(case: Case) -> tuple[jax.sharding.Mesh, Any, jax.Array, Any]:
     """(mesh, placed state, placed tokens, compiled step returning grads too) for ``case``."""
     import jax
     from jax.sharding import NamedSharding
@@ -192,7 +199,7 @@ def check_scheme(case: Case) -> list[str]:
 MATMUL_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 
 
-def matmul_setup(kind: str, bidirectional: bool):
+def matmul_setup(kind: str, bidirectional: bool) -> tuple[Any, Any, jax.Array, jax.Array, np.ndarray, np.ndarray, int]:
     """(on_mesh function, compiled, placed x, placed w, host x, host w, tiles) on a ring of every device."""
     import jax
     import numpy as np
