@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from scalelib import train
+    from scalelib.kernels.collective_matmul import Kind
     from scalelib.transformer import TransformerConfig
 
 RTOL, ATOL = compare.RTOL, compare.ATOL
@@ -85,10 +86,18 @@ def _regather(c: Any) -> bool:
 
 @functools.cache
 def cases() -> dict[str, Case]:
-    """The scheme cases by name (the models and settings of tests/test_parallel_schemes.py)."""
-    from scalelib import model, parallel, train
+    """The scheme cases by name (the models and settings of tests/test_parallel_schemes.py); the tests
+    check that every scheme of the registry has one."""
+    from scalelib import model, train
+    from scalelib.parallel.data import DataParallel
+    from scalelib.parallel.expert import ExpertParallel
+    from scalelib.parallel.fsdp import FSDP
+    from scalelib.parallel.fsdp_tp import FSDPTensor
+    from scalelib.parallel.multislice import Multislice
+    from scalelib.parallel.pipeline import Pipeline
+    from scalelib.parallel.sequence import SequenceParallel
+    from scalelib.parallel.tensor import TensorParallel
 
-    get = parallel.get  # the registry: scheme name -> Scheme class
     hp, hp_lr = train.Adam(learning_rate=1e-2, eps=1e-3), train.Adam(learning_rate=1e-2, eps=1e-2)
     cfg = model.small_config()
     tp = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)  # a model axis of 4 divides N and K
@@ -97,16 +106,16 @@ def cases() -> dict[str, Case]:
     seq = model.small_config(n_layers=1, n_experts=4, experts_per_token=2, expert_d_ff=32, qkv_bias=True)
     no_drop = moe.n_experts / moe.experts_per_token  # every expert has a slot for every token
     out = [
-        Case("data", get("data")(microbatches=2, remat="full"), (8,), cfg, hp),
-        *(Case(f"zero{s}", get("fsdp")(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
+        Case("data", DataParallel(microbatches=2, remat="full"), (8,), cfg, hp),
+        *(Case(f"zero{s}", FSDP(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
                merged=_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
-        Case("tensor", get("tensor")(), (2, 4), tp, hp),
-        Case("fsdp_tp", get("fsdp_tp")(), (2, 4), tp, hp, collectives="counts", merged=_regather),
-        Case("multislice", get("multislice")(), (2, 4), cfg, hp),
-        Case("pipeline.gpipe", get("pipeline")(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("pipeline.1f1b", get("pipeline")(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("expert", get("expert")(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
-        *(Case(f"sequence.{m}", get("sequence")(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
+        Case("tensor", TensorParallel(), (2, 4), tp, hp),
+        Case("fsdp_tp", FSDPTensor(), (2, 4), tp, hp, collectives="counts", merged=_regather),
+        Case("multislice", Multislice(), (2, 4), cfg, hp),
+        Case("pipeline.gpipe", Pipeline(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("pipeline.1f1b", Pipeline(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
+        Case("expert", ExpertParallel(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
+        *(Case(f"sequence.{m}", SequenceParallel(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
           for m in ("all_gather", "ring")),
     ]
     return {c.name: c for c in out}
@@ -196,10 +205,10 @@ def check_scheme(case: Case) -> list[str]:
     return problems
 
 
-MATMUL_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+MATMUL_KINDS: tuple[Kind, ...] = ("all_gather", "reduce_scatter", "all_reduce")
 
 
-def matmul_setup(kind: str, bidirectional: bool) -> tuple[Any, Any, jax.Array, jax.Array, np.ndarray, np.ndarray, int]:
+def matmul_setup(kind: Kind, bidirectional: bool) -> tuple[Any, Any, jax.Array, jax.Array, np.ndarray, np.ndarray, int]:
     """(on_mesh function, compiled, placed x, placed w, host x, host w, tiles) on a ring of every device."""
     import jax
     import numpy as np
@@ -222,7 +231,7 @@ def matmul_setup(kind: str, bidirectional: bool) -> tuple[Any, Any, jax.Array, j
     return fn, compiled, xs, ws, x, w, tiles
 
 
-def check_matmul(kind: str) -> list[str]:
+def check_matmul(kind: Kind) -> list[str]:
     """The ``kind`` collective matmul, one way and both ways, on a ring through every device: product
     and gradients against the unsharded ones; its ppermutes traced and, compiled, no other collective."""
     import jax
@@ -254,7 +263,7 @@ def check_matmul(kind: str) -> list[str]:
     return problems
 
 
-def matmul_step(kind: str) -> tuple[Callable, tuple]:
+def matmul_step(kind: Kind) -> tuple[Callable, tuple]:
     _, compiled, xs, ws, *_ = matmul_setup(kind, False)
     return compiled, (xs, ws)
 
