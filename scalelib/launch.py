@@ -148,6 +148,10 @@ class _Rank:
             self.threads.append(t)
 
     def _pump(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
+        with pipe:  # closed at EOF, when the process (and anything it started) has ended
+            self._forward_lines(pipe, sink, lock)
+
+    def _forward_lines(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
         for line in pipe:
             text = GLOO_CHATTER.sub("", line.rstrip("\n"))
             if not text.strip() and line.strip():

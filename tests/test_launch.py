@@ -150,7 +150,11 @@ def test_mismatched_local_device_counts(tmp_path):
 def test_no_process_outlives_its_launcher(faults, sig):
     """Ctrl-C stops every rank (status 130); a killed launcher's ranks are killed by the kernel."""
     cmd = [sys.executable, "-m", "scalelib.launch", "--processes", "2", "--local-devices", "4", str(faults), "hang"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        _stop_launcher_and_check(proc, sig)
+
+
+def _stop_launcher_and_check(proc: subprocess.Popen, sig: int) -> None:
     try:
         for line in proc.stdout:  # both ranks have passed the first collective
             if line.startswith("[0] ready"):
