@@ -7,7 +7,7 @@ Each process runs the script under ``python -m scalelib.distributed`` with its r
 count, its device count and process 0's address (a free local port) in environment variables;
 ``scalelib.distributed.initialize()`` in the script reads them and joins ``jax.distributed``. On a
 real cluster the same script runs unchanged: its scheduler starts the processes and JAX reads the
-cluster's own environment (see the README, "Beyond one machine").
+cluster's own environment (see the README, "Beyond one process").
 
 Output lines carry the rank (``[0] ...``); only process 0's are shown unless ``--all``. The exit
 status is the first non-zero one. When a process fails (non-zero status or a signal) the others are
@@ -194,8 +194,26 @@ def _stop(ranks: list[_Rank], dump_stacks: bool) -> None:
         for r in alive:
             r.signal_group(sig)
         _wait(alive, wait_s)
-    for r in ranks:  # the group may hold processes the child started; none may outlive the run
-        r.signal_group(signal.SIGKILL)
+
+
+
+def _kill_leftovers(launch_id: str) -> None:
+    """SIGKILL anything still carrying this launch's id (a process a rank started and left behind).
+
+    Read from /proc (Linux); elsewhere only the ranks' own process groups are stopped.
+    """
+    marker = f"{distributed.ENV_LAUNCH_ID}={launch_id}".encode()
+    if not os.path.isdir("/proc"):
+        return
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
 
 
 def _wait(ranks: list[_Rank], seconds: float) -> None:
@@ -206,7 +224,7 @@ def _wait(ranks: list[_Rank], seconds: float) -> None:
 
 def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout_s: float = 600.0,
            port: int | None = None, show_all: bool = False, out: TextIO | None = None,
-           err: TextIO | None = None, extra_env: dict[str, str] | None = None) -> LaunchResult:
+           err: TextIO | None = None) -> LaunchResult:
     """Run ``target`` (``[SCRIPT, ARGS...]`` or ``['-m', MODULE, ARGS...]``) as ``processes`` processes.
 
     Returns when every process has exited, or, after the first failure, the timeout or an interrupt
@@ -227,7 +245,6 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
                           "another with --port, or leave --port out to get a free one")
     launch_id = uuid.uuid4().hex
     base = {k: v for k, v in os.environ.items() if not k.startswith("SCALELIB_")}
-    base.update(extra_env or {})
     base.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", distributed.ENV_LAUNCH_ID: launch_id,
                  distributed.ENV_LAUNCHER_PID: str(os.getpid()),
                  distributed.ENV_COORDINATOR: f"localhost:{port}", distributed.ENV_NUM_PROCESSES: str(processes),
@@ -256,6 +273,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
         stop_s = time.monotonic() - noticed if status else 0.0
     finally:
         _stop(ranks, dump_stacks=False)
+        _kill_leftovers(launch_id)
         _restore(previous)
     for r in ranks:
         r.join(1.0)

@@ -55,6 +55,8 @@ if info.process_id == 1:
         time.sleep(600)  # HANG_LINE: rank 0 waits for it in the next collective
 print("second", distributed.to_host(total(2 * x)))
 if mode == "exit3" and info.process_id == 1:
+    import subprocess  # a child in a session of its own, left behind: the launcher must still end it
+    subprocess.Popen(["sleep", "600"], start_new_session=True)
     sys.exit(3)
 '''
 
@@ -106,6 +108,8 @@ def never_joins(faults):
 
 
 def test_all_ranks_output_and_first_nonzero_status(faults, never_joins):
+    """--all shows both ranks; rank 1's status 3 is the run's; the sleep it left running is ended too
+    (``run`` finds no process carrying the launch's id)."""
     result, out, err = run([str(faults), "exit3"], show_all=True)
     assert result.returncode == 3 and result.failed_ranks == (1,)
     assert "rank 1 exited with status 3" in err
