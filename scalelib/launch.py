@@ -268,7 +268,7 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
             ranks[failed[0]].join(1.0)  # its last lines, to read why it failed
             if COLLECTIVE_TIMEOUT.search("\n".join(ranks[failed[0]].tail)):
                 dump, message = True, message.replace("; stopped the others", COLLECTIVE_HINT)
-                report = [r.rank for r in ranks if r.running() or r.rank in failed]
+                report = [r.rank for r in ranks]  # the one that never arrived may already be gone
         _stop(ranks, dump_stacks=dump)
         stop_s = time.monotonic() - noticed if status else 0.0
     finally:

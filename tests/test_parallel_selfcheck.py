@@ -27,7 +27,8 @@ SCHEMES = [pytest.param(name, marks=() if name == SMOKE else pytest.mark.sweep) 
 def two_processes(request):
     """One launch of the selfcheck for every scheme whose test below was selected."""
     selected = [item.callspec.params["scheme"] for item in request.session.items
-                if item.originalname == "test_scheme_matches_single_device" and item.path == request.path]
+                if getattr(item, "originalname", None) == "test_scheme_matches_single_device"
+                and item.path == request.path]
     out, err = io.StringIO(), io.StringIO()
     result = launch.launch(["-m", "scalelib.parallel.selfcheck", *selected], 2, 4, timeout_s=900, out=out, err=err)
     return result, out.getvalue(), err.getvalue()
