@@ -199,3 +199,29 @@ def profiler_trace(directory: str) -> Iterator[None]:
     finally:
         with _quiet_stderr():
             jax.profiler.stop_trace()
+
+
+# ------------------------------------------------------------------ several processes (jax.distributed)
+
+# gloo (TCP) runs the CPU collectives between processes; the config name and its default ("gloo")
+# are the same across the supported range, set explicitly so a user's environment cannot switch it.
+CPU_COLLECTIVES = "gloo"
+
+# On jax 0.10.2 (0.7.2 is silent) gloo writes "[Gloo] Rank 3 is connected to 7 peer ranks. ..." straight
+# to the process's stdout (from C++, not Python) whenever it builds a communicator, i.e. on the first run
+# of each group of devices that talk. ``scalelib.launch`` drops those lines from what it forwards (it keeps
+# the pattern itself: the launcher does not import JAX, to start its processes sooner).
+
+
+def use_cpu_collectives() -> None:
+    """CPU collectives across processes over gloo (before ``jax.distributed.initialize``)."""
+    jax.config.update("jax_cpu_collectives_implementation", CPU_COLLECTIVES)
+
+
+def no_cluster_found(err: BaseException) -> bool:
+    """True if ``jax.distributed.initialize()`` (no arguments) failed only because no cluster was found.
+
+    Outside SLURM, Open MPI, Kubernetes or a Cloud TPU VM, JAX cannot guess a coordinator and raises
+    ``ValueError('coordinator_address should be defined.')`` (the same text from 0.7.2 to 0.10.2).
+    """
+    return isinstance(err, ValueError) and "coordinator_address should be defined" in str(err)

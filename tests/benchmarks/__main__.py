@@ -8,6 +8,8 @@ Prints, side by side in one run:
 * with --suite: the whole test suite's wall time (the README's test command).
 * with --trace (only that): profiler trace capture and parse times (scalelib.profiling.trace) of a few sharded
   programs on 8 simulated devices; run it in .venv and .venv-floor to compare JAX versions.
+* with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
+  x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
   sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
   overhead against the notebook's own execution time.
@@ -220,7 +222,13 @@ def main() -> int:
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
+    parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
     args = parser.parse_args()
+    if args.multiprocess:
+        from tests.benchmarks import multiprocess
+
+        multiprocess.report()
+        return 0
     if args.grading:
         grading_throughput(copies=args.copies, workers=args.workers)
         return 0
