@@ -1,0 +1,183 @@
+"""Speculative decoding: a small draft model proposes k tokens, the target checks them in one step.
+
+Book: section 7.4 (speculative sampling: a generate step is bound by loading the weights, so the
+target scoring k + 1 tokens costs about what scoring one does; every draft token it accepts is a
+step saved). The acceptance rule keeps the target's distribution exactly:
+
+* draft token d, proposed with probability q(d), is accepted with probability min(1, p(d) / q(d)),
+  where p is the target's distribution at that position;
+* at the first rejection the token is drawn instead from the residual max(p - q, 0), normalized,
+  and the round ends;
+* when all k are accepted, the target's distribution after the last one gives a bonus token.
+
+So P(emit x) = min(p(x), q(x)) + (1 - sum_y min(p(y), q(y))) residual(x) = p(x). Greedy requests
+are the special case where p and q are one-hot (``sampling.probabilities``): a draft token is
+accepted exactly when it is the target's argmax, and a rejection emits the argmax, so greedy
+speculative decoding returns the target's greedy tokens.
+
+If each draft token is accepted with probability a, independently, a round emits
+(1 - a^(k+1)) / (1 - a) tokens on average (``expected_tokens_per_round``); ``SpecStats`` holds
+the measured figure next to it.
+
+``generate`` serves one sequence with the dense caches of ``inference.decode`` (rejected tokens
+are dropped by moving the cache's length back); it is not fused with the batching engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from scalelib import model
+from scalelib.inference import decode
+from scalelib.serving import sampling
+from scalelib.serving.request import Request
+from scalelib.transformer import TransformerConfig
+
+DRAFT, ACCEPT, RESAMPLE = 1, 2, 3  # key streams (sampling.token_keys) of the three kinds of draw
+
+
+def acceptance_probability(p: jax.Array, q: jax.Array) -> jax.Array:
+    """min(1, p / q) per token [..., V] (1 where q = 0: such a token is never proposed)."""
+    return jnp.where(q > 0, jnp.minimum(1.0, p / jnp.where(q > 0, q, 1.0)), 1.0)
+
+
+def residual(p: jax.Array, q: jax.Array) -> jax.Array:
+    """max(p - q, 0) normalized over the last axis (p itself where p <= q everywhere, i.e. p == q)."""
+    r = jnp.maximum(p - q, 0.0)  # [..., V]
+    total = r.sum(-1, keepdims=True)  # [..., 1]
+    return jnp.where(total > 0, r / jnp.where(total > 0, total, 1.0), p)
+
+
+def inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
+    """The token whose interval of the cumulative distribution holds u in [0, 1)."""
+    cdf = jnp.cumsum(probs, axis=-1)  # [V]
+    return jnp.minimum(jnp.sum(cdf <= u * cdf[-1]), probs.shape[-1] - 1).astype(jnp.int32)
+
+
+def verify(p: jax.Array, q: jax.Array, draft: jax.Array, u: jax.Array, v: jax.Array):
+    """The acceptance rule: (accepted count n, next token).
+
+    p [k + 1, V]: the target's distributions at the k draft positions and the one after;
+    q [k, V]: the draft's; draft [k]: its tokens; u [k]: uniform draws in [0, 1) deciding
+    acceptance; v [k + 1]: uniform draws, v[n] picks the next token (by inverse CDF) from the
+    residual at the first rejection, or from p[k] when all k are accepted.
+    """
+    k = draft.shape[0]
+    a = acceptance_probability(p[:k], q)[jnp.arange(k), draft]  # [k]
+    n = jnp.sum(jnp.cumprod(u < a)).astype(jnp.int32)  # accepted before the first rejection
+    at = jnp.minimum(n, k - 1)
+    dist = jnp.where(n < k, residual(p[at], q[at]), p[k])  # [V]
+    return n, inverse_cdf(dist, v[n])
+
+
+def expected_tokens_per_round(acceptance: float, k: int) -> float:
+    """Tokens a round emits on average when each draft token is accepted with probability ``acceptance``."""
+    if not 0 <= acceptance <= 1:
+        raise ValueError(f"acceptance must be a probability, got {acceptance!r}")
+    return float(k + 1) if acceptance == 1 else (1 - acceptance ** (k + 1)) / (1 - acceptance)
+
+
+@dataclass(frozen=True)
+class SpecStats:
+    """Counts of one speculative run: rounds (target steps), draft tokens proposed and accepted, tokens emitted."""
+
+    k: int
+    rounds: int
+    drafted: int
+    accepted: int
+    emitted: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_round(self) -> float:
+        return self.emitted / self.rounds if self.rounds else 0.0
+
+    @property
+    def expected_tokens_per_round(self) -> float:
+        return expected_tokens_per_round(self.acceptance_rate, self.k)
+
+
+def _uniform(keys: jax.Array) -> jax.Array:
+    return jax.vmap(lambda key: jax.random.uniform(key, ()))(keys)
+
+
+@partial(jax.jit, static_argnums=(6, 7, 8))
+def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: TransformerConfig, d_cfg: TransformerConfig,
+           k: int):
+    """Draft k tokens after ``pending`` [1, P] (the target's pending token last), then verify them.
+
+    Returns (draft [k], accepted n, next token, target cache, draft cache); the caller moves the
+    caches' lengths back past what was rejected.
+    """
+    start = t_cache.length + 1  # position of the first draft token
+    positions = start + jnp.arange(k + 1)  # [k + 1]
+    rows = sampling.RowParams(*(jnp.broadcast_to(f, (k + 1,)) for f in rp[:4]), positions)
+    drafts, qs, feed = [], [], pending
+    u_draft = _uniform(sampling.token_keys(rows.seed, positions, DRAFT))  # [k + 1]
+    for i in range(k):  # unrolled: k is small
+        logits, d_cache = decode.extend(d_params, feed, d_cache, d_cfg)  # [1, P or 1, V]
+        q = sampling.probabilities(logits[:, -1], sampling.RowParams(*(f[i:i + 1] for f in rows)))[0]  # [V]
+        drafts.append(inverse_cdf(q, u_draft[i]))
+        qs.append(q)
+        feed = drafts[-1].reshape(1, 1)
+    draft = jnp.stack(drafts)  # [k]
+    tokens = jnp.concatenate([pending[:, -1:], draft[None]], axis=1)  # [1, k + 1]
+    logits, t_cache = decode.extend(t_params, tokens, t_cache, t_cfg)  # [1, k + 1, V]
+    p = sampling.probabilities(logits[0], rows)  # [k + 1, V]
+    u = _uniform(sampling.token_keys(rows.seed[:k], positions[:k], ACCEPT))  # [k]
+    v = _uniform(sampling.token_keys(rows.seed, positions, RESAMPLE))  # [k + 1]
+    n, nxt = verify(p, jnp.stack(qs), draft, u, v)
+    return draft, n, nxt, t_cache, d_cache
+
+
+def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.Params, TransformerConfig],
+             req: Request, k: int) -> tuple[list[int], SpecStats]:
+    """Serve ``req`` alone with ``k`` draft tokens per round: (new tokens, statistics)."""
+    (t_params, t_cfg), (d_params, d_cfg) = target, draft
+    if not (isinstance(k, int) and k >= 1):
+        raise ValueError(f"k (draft tokens per round) must be a positive int, got {k!r}")
+    if t_cfg.vocab_size != d_cfg.vocab_size:
+        raise ValueError(f"draft and target must share a vocabulary, got {d_cfg.vocab_size} and {t_cfg.vocab_size}")
+    bad = [t for t in req.prompt if t >= t_cfg.vocab_size]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary of {t_cfg.vocab_size} tokens")
+    max_len = len(req.prompt) + req.max_tokens + k + 1
+    prompt = jnp.asarray([req.prompt[:-1]], jnp.int32) if len(req.prompt) > 1 else None
+    t_cache = decode.init_cache(t_cfg, 1, max_len, t_params["embed"].dtype)
+    d_cache = decode.init_cache(d_cfg, 1, max_len, d_params["embed"].dtype)
+    if prompt is not None:  # both caches hold the prompt but its last token, which the first round feeds
+        t_cache = _extend(t_params, prompt, t_cache, t_cfg)
+        d_cache = _extend(d_params, prompt, d_cache, d_cfg)
+    rp = sampling.row_params([req.sampling], [0], 1)
+    tokens, out = list(req.prompt), []
+    pending = [req.prompt[-1]]
+    rounds = drafted = accepted = 0
+    while len(out) < req.max_tokens:
+        base = len(tokens) - 1  # target cache length: every token but the pending one
+        draft, n, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache,
+                                                 jnp.asarray([pending], jnp.int32), rp, t_cfg, d_cfg, k)
+        n, draft = int(n), np.asarray(draft).tolist()
+        new = draft[:n] + [int(nxt)]
+        rounds, drafted, accepted = rounds + 1, drafted + k, accepted + n
+        t_cache = t_cache._replace(length=jnp.int32(base + 1 + n))
+        # The draft cached the pending tokens and draft[:k-1]; keep what was accepted.
+        d_keep = base + 1 + min(n, k - 1)
+        d_cache = d_cache._replace(length=jnp.int32(d_keep))
+        pending = draft[k - 1:k] + [int(nxt)] if n == k else [int(nxt)]
+        for tok in new:
+            tokens.append(tok)
+            out.append(tok)
+            if tok in req.stop or len(out) == req.max_tokens:
+                return out, SpecStats(k, rounds, drafted, accepted, len(out))
+    return out, SpecStats(k, rounds, drafted, accepted, len(out))
+
+
+_extend = jax.jit(lambda params, tokens, cache, cfg: decode.extend(params, tokens, cache, cfg)[1], static_argnums=3)
