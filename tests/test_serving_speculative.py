@@ -150,3 +150,15 @@ def test_bad_speculative_inputs_are_refused(other_draft):
         speculative.generate((params(), CFG), (other_draft, small), req, 2)
     with pytest.raises(ValueError, match="token id 300 is outside the vocabulary of 256"):
         speculative.generate((params(), CFG), (other_draft, CFG), request.request([300], 2), 2)
+
+
+def test_an_early_exit_draft_is_the_target_when_the_upper_layers_are_silenced():
+    silenced = speculative.scale_upper_layers(params(), 1, 0.0)
+    draft, draft_cfg = speculative.early_exit_draft(silenced, CFG, 1)
+    assert draft_cfg.n_layers == 1 and draft["layers"]["wq"].shape[0] == 1
+    tokens = np.asarray([PROMPTS[0]])
+    forward = jax.jit(model.forward, static_argnums=2)
+    np.testing.assert_allclose(forward(silenced, tokens, CFG), forward(draft, tokens, draft_cfg), rtol=1e-6, atol=1e-6)
+    assert not np.allclose(forward(params(), tokens, CFG), forward(draft, tokens, draft_cfg), atol=1e-2)
+    with pytest.raises(ValueError, match=r"layers must be an int in \[1, 2\)"):
+        speculative.early_exit_draft(params(), CFG, 2)

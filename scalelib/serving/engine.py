@@ -131,7 +131,7 @@ class Engine:
 
     def __init__(self, params: model.Params, cfg: TransformerConfig, config: EngineConfig = EngineConfig(),
                  clock: Callable[[], float] = time.perf_counter):
-        self.params, self.cfg, self.config, self.clock = params, cfg, config, clock
+        self.params, self.cfg, self.config, self.clock = paged.unstacked(params), cfg, config, clock
         self.pool = BlockPool(config.num_blocks, config.block_size)
         self.cache = PrefixCache(self.pool, enabled=config.prefix_caching)
         self.kv = paged.init_pool(cfg, config.array_blocks or config.num_blocks, config.block_size,

@@ -34,7 +34,7 @@ import numpy as np
 
 from scalelib import model
 from scalelib.inference import decode
-from scalelib.serving import sampling
+from scalelib.serving import paged, sampling
 from scalelib.serving.request import Request
 from scalelib.transformer import TransformerConfig
 
@@ -105,6 +105,32 @@ class SpecStats:
         return expected_tokens_per_round(self.acceptance_rate, self.k)
 
 
+def early_exit_draft(params: model.Params, cfg: TransformerConfig, layers: int) -> tuple[model.Params, TransformerConfig]:
+    """The first ``layers`` layers of a model (with its embedding, final norm and unembedding) as its draft.
+
+    Self-speculation: the draft shares the target's weights and costs about layers / L of a step.
+    ``params`` has stacked [L, ...] layer arrays (``model.init``'s form).
+    """
+    if not (isinstance(layers, int) and 1 <= layers < cfg.n_layers):
+        raise ValueError(f"layers must be an int in [1, {cfg.n_layers}), got {layers!r}")
+    return ({**params, "layers": jax.tree.map(lambda a: a[:layers], params["layers"])},
+            cfg.replace(n_layers=layers, name=f"{cfg.name}-first-{layers}"))
+
+
+def scale_upper_layers(params: model.Params, start: int, factor: float) -> model.Params:
+    """``params`` with the residual branches (W_O, W_down) of layers ``start``.. scaled by ``factor``.
+
+    A random model's first layers predict nothing of its output, so a draft made of them is always
+    rejected; a trained model's early layers already predict much of it. Damping the upper layers
+    of a random model stands in for that, so speculation can be shown without training a model.
+    """
+    layers = dict(params["layers"])
+    for name in ("wo", "w_down", "shared_w_down"):
+        if name in layers:
+            layers[name] = layers[name].at[start:].multiply(factor)
+    return {**params, "layers": layers}
+
+
 def _uniform(keys: jax.Array) -> jax.Array:
     return jax.vmap(lambda key: jax.random.uniform(key, ()))(keys)
 
@@ -120,21 +146,30 @@ def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: Transformer
     start = t_cache.length + 1  # position of the first draft token
     positions = start + jnp.arange(k + 1)  # [k + 1]
     rows = sampling.RowParams(*(jnp.broadcast_to(f, (k + 1,)) for f in rp[:4]), positions)
-    drafts, qs, feed = [], [], pending
     u_draft = _uniform(sampling.token_keys(rows.seed, positions, DRAFT))  # [k + 1]
-    for i in range(k):  # unrolled: k is small
+
+    def propose(d_cache, feed, i):
+        """Feed the draft, pick its next token: (cache, token, its distribution [V])."""
         logits, d_cache = decode.extend(d_params, feed, d_cache, d_cfg)  # [1, P or 1, V]
-        q = sampling.probabilities(logits[:, -1], sampling.RowParams(*(f[i:i + 1] for f in rows)))[0]  # [V]
-        drafts.append(inverse_cdf(q, u_draft[i]))
-        qs.append(q)
-        feed = drafts[-1].reshape(1, 1)
-    draft = jnp.stack(drafts)  # [k]
+        q = sampling.probabilities(logits[:, -1], sampling.RowParams(*(f[i][None] for f in rows)))[0]  # [V]
+        return d_cache, inverse_cdf(q, u_draft[i]), q
+
+    d_cache, first, q0 = propose(d_cache, pending, 0)  # the pending tokens (1 or 2) give draft token 1
+
+    def step(carry, i):  # draft tokens 2..k, one at a time: one compiled body whatever k is
+        d_cache, tok = carry
+        d_cache, nxt, q = propose(d_cache, tok.reshape(1, 1), i)
+        return (d_cache, nxt), (nxt, q)
+
+    (d_cache, _), (rest, q_rest) = jax.lax.scan(step, (d_cache, first), jnp.arange(1, k))
+    draft = jnp.concatenate([first[None], rest])  # [k]
+    qs = jnp.concatenate([q0[None], q_rest])  # [k, V]
     tokens = jnp.concatenate([pending[:, -1:], draft[None]], axis=1)  # [1, k + 1]
     logits, t_cache = decode.extend(t_params, tokens, t_cache, t_cfg)  # [1, k + 1, V]
     p = sampling.probabilities(logits[0], rows)  # [k + 1, V]
     u = _uniform(sampling.token_keys(rows.seed[:k], positions[:k], ACCEPT))  # [k]
     v = _uniform(sampling.token_keys(rows.seed, positions, RESAMPLE))  # [k + 1]
-    n, nxt = verify(p, jnp.stack(qs), draft, u, v)
+    n, nxt = verify(p, qs, draft, u, v)
     return draft, n, nxt, t_cache, d_cache
 
 
@@ -142,6 +177,7 @@ def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.
              req: Request, k: int) -> tuple[list[int], SpecStats]:
     """Serve ``req`` alone with ``k`` draft tokens per round: (new tokens, statistics)."""
     (t_params, t_cfg), (d_params, d_cfg) = target, draft
+    t_params, d_params = paged.unstacked(t_params), paged.unstacked(d_params)
     if not (isinstance(k, int) and k >= 1):
         raise ValueError(f"k (draft tokens per round) must be a positive int, got {k!r}")
     if t_cfg.vocab_size != d_cfg.vocab_size:

@@ -37,6 +37,7 @@ def serve_static(params: model.Params, cfg: TransformerConfig, requests: Seq[Req
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     if not requests:
         return [], []
+    params = paged.unstacked(params)
     width = -(-max(len(r.prompt) + r.max_tokens for r in requests) // block_size)  # blocks per row
     num_blocks = batch_size * width
     dropped = num_blocks * block_size  # an out-of-range slot: padding writes nothing

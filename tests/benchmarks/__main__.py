@@ -6,6 +6,8 @@ Prints, side by side in one run:
 * each training scheme's step time against the single-device step (small model);
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
+* with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
+  (tests/benchmarks/serving.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
   sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
   overhead against the notebook's own execution time.
@@ -191,11 +193,17 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
+    parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
     parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
     args = parser.parse_args()
     if args.grading:
         grading_throughput(copies=args.copies, workers=args.workers)
+        return 0
+    if args.serving:
+        from tests.benchmarks import serving
+
+        serving.main()
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")
