@@ -48,6 +48,7 @@ from pathlib import Path
 
 from autograder import align, course, sandbox, submissions
 from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+from scalelib import exercise
 
 GRADER_VERSION = "3"
 MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
@@ -257,6 +258,8 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     see :mod:`autograder.gradebook`).
     """
     settings = course.settings(root)
+    # Test cells run here: an exercise that still raises its stub fails its visible checks too.
+    os.environ[exercise.STRICT_ENV] = "1"
     why_not = sandbox.available()
     if why_not:
         print("\n" + "!" * 78 + f"\n!! WARNING: no OS sandbox for student kernels here ({why_not}).\n"
