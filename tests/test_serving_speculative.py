@@ -90,7 +90,7 @@ def test_verify_follows_its_pieces_at_the_boundaries_of_its_draws():
         for x in range(V):
             if dist[x] < 1e-3:
                 continue
-            v = np.full(k + 1, (cdf[x] - dist[x] / 2), np.float32)  # inside token x's interval
+            v = np.float32(cdf[x] - dist[x] / 2)  # inside token x's interval
             n, nxt = verify(p, q, draft, u, v)
             if j < k and a[j] >= 0.9999:
                 continue  # this draft token cannot be rejected
@@ -162,3 +162,26 @@ def test_an_early_exit_draft_is_the_target_when_the_upper_layers_are_silenced():
     assert not np.allclose(forward(params(), tokens, CFG), forward(draft, tokens, draft_cfg), atol=1e-2)
     with pytest.raises(ValueError, match=r"layers must be an int in \[1, 2\)"):
         speculative.early_exit_draft(params(), CFG, 2)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_round_cells_cover_every_outcome_and_verify_emits_the_targets_distribution(k):
+    rng = np.random.default_rng(11 + k)
+    p = np.stack([_dist(rng, z) for z in [1, 0, 2][:k + 1]])
+    q = np.stack([_dist(rng, z) for z in [0, 2][:k]])
+    cells = speculative.round_cells(p, q)
+    assert sum(c[3] for c in cells) == pytest.approx(1.0, abs=ATOL)
+    verify = jax.jit(speculative.verify)
+    first = np.zeros(V)
+    second = np.zeros(V)  # second token emitted in the same round (after an accepted first draft)
+    for draft, u, v, prob, emitted in cells:
+        n, nxt = verify(p.astype(np.float32), q.astype(np.float32), np.array(draft), np.float32(u), np.float32(v))
+        got = tuple(draft[:int(n)]) + (int(nxt),)
+        assert got == emitted
+        first[got[0]] += prob
+        if len(got) > 1:
+            second[got[1]] += prob
+    np.testing.assert_allclose(first, p[0], atol=ATOL)
+    if k > 1:  # given an accepted first draft, the next token follows the target's next row
+        accepted = float(np.minimum(p[0], q[0]).sum())
+        np.testing.assert_allclose(second, accepted * p[1], atol=ATOL)

@@ -14,4 +14,23 @@ idea, each readable in one sitting:
 * ``static``: static batching on the same step, the baseline continuous batching is measured against.
 * ``speculative``: draft-and-verify decoding that keeps the target's distribution exactly.
 * ``metrics`` and ``plots``: time to first token, time per output token, throughput, pictures.
+* ``cost``: chapter 7's step-time model on the measured machine, beside the engine's step times.
 """
+
+from scalelib.serving import (
+                              blocks,
+                              cost,
+                              engine,
+                              metrics,
+                              paged,
+                              plots,
+                              prefix_cache,
+                              request,
+                              sampling,
+                              scheduler,
+                              speculative,
+                              static,
+)
+
+__all__ = ["blocks", "cost", "engine", "metrics", "paged", "plots", "prefix_cache", "request", "sampling",
+           "scheduler", "speculative", "static"]

@@ -44,6 +44,11 @@ class BlockPool:
     def num_used(self) -> int:
         return self.num_blocks - len(self._free)
 
+    @property
+    def free_order(self) -> list[int]:
+        """Free blocks in the order ``allocate`` hands them out."""
+        return list(self._free)
+
     def is_free(self, block: int) -> bool:
         return block in self._free
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from scalelib.serving.engine import StepRecord
 
@@ -22,14 +23,16 @@ def timeline(records: Sequence[StepRecord], ax: plt.Axes | None = None, title: s
     for kind, color in (("prefill", PREFILL_COLOR), ("decode", DECODE_COLOR)):
         xs = [rec.index for rec in records for _, _, k in rec.entries if k == kind]
         ys = [sid for rec in records for sid, _, k in rec.entries if k == kind]
-        ax.scatter(xs, ys, s=10, marker="s", color=color, label=kind, linewidths=0)
+        ax.scatter(xs, ys, s=18, marker="s", color=color, label=kind, linewidths=0)
     px = [rec.index for rec in records for _ in rec.preempted]
     py = [sid for rec in records for sid in rec.preempted]
     if px:
-        ax.scatter(px, py, s=30, marker="x", color=PREEMPT_COLOR, label="preempted")
+        ax.scatter(px, py, s=40, marker="x", color=PREEMPT_COLOR, label="preempted")
     ax.set(xlabel="step", ylabel="request", title=title or "what ran in each step")
     ax.invert_yaxis()
-    ax.legend(loc="upper right", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return ax
 
 
@@ -44,5 +47,6 @@ def occupancy(records: Sequence[StepRecord], ax: plt.Axes | None = None, title: 
     if records:
         ax.axhline(records[0].num_blocks, color="k", lw=1, ls="--", label="pool size")
     ax.set(xlabel="step", ylabel="blocks", title=title or "block pool occupancy")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     return ax

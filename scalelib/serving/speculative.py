@@ -25,6 +25,8 @@ are dropped by moving the cache's length back); it is not fused with the batchin
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -63,16 +65,48 @@ def verify(p: jax.Array, q: jax.Array, draft: jax.Array, u: jax.Array, v: jax.Ar
     """The acceptance rule: (accepted count n, next token).
 
     p [k + 1, V]: the target's distributions at the k draft positions and the one after;
-    q [k, V]: the draft's; draft [k]: its tokens; u [k]: uniform draws in [0, 1) deciding
-    acceptance; v [k + 1]: uniform draws, v[n] picks the next token (by inverse CDF) from the
-    residual at the first rejection, or from p[k] when all k are accepted.
+    q [k, V]: the draft's; draft [k]: its tokens; u [k]: uniform draws in [0, 1), draft token i is
+    accepted while u[i] < min(1, p_i / q_i); v []: a uniform draw that picks the next token (by
+    inverse CDF) from the residual at the first rejection, or from p[k] when all k are accepted.
     """
     k = draft.shape[0]
     a = acceptance_probability(p[:k], q)[jnp.arange(k), draft]  # [k]
     n = jnp.sum(jnp.cumprod(u < a)).astype(jnp.int32)  # accepted before the first rejection
     at = jnp.minimum(n, k - 1)
     dist = jnp.where(n < k, residual(p[at], q[at]), p[k])  # [V]
-    return n, inverse_cdf(dist, v[n])
+    return n, inverse_cdf(dist, v)
+
+
+def round_cells(p: np.ndarray, q: np.ndarray) -> list[tuple[tuple[int, ...], list[float], float, float, tuple[int, ...]]]:
+    """Every outcome of one round as (draft, u, v, probability, emitted tokens), for exact checks.
+
+    p [k + 1, V] and q [k, V] as in ``verify``; the draft tokens are drawn from the rows of q. The
+    uniform draws u and v split into cells on which the rule's result is constant: draft token i
+    is accepted or not as u[i] falls below or above its acceptance probability, and v falls in one
+    token's interval of the distribution the extra token comes from. Each cell is given by the
+    draws at its middle, its probability, and the tokens the rule should emit there. Summing the
+    probabilities of the tokens a rule really emits at those draws gives its exact distribution.
+    """
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    k, v_size = q.shape
+    a = np.where(q > 0, np.minimum(1.0, p[:k] / np.where(q > 0, q, 1.0)), 1.0)  # [k, V], in float64 here
+    r = np.maximum(p[:k] - q, 0.0)  # [k, V], normalized below
+    r = np.where(r.sum(-1, keepdims=True) > 0, r, p[:k])
+    out = []
+    for draft in itertools.product(range(v_size), repeat=k):
+        p_draft = math.prod(q[i, d] for i, d in enumerate(draft))
+        acc = [a[i, d] for i, d in enumerate(draft)]
+        for n in range(k + 1):
+            p_n = math.prod(acc[:n]) * (1 - acc[n] if n < k else 1.0)
+            if p_draft * p_n == 0:
+                continue
+            u = [x / 2 for x in acc[:n]] + ([(1 + acc[n]) / 2] if n < k else []) + [0.5] * (k - n - 1)
+            dist = r[n] if n < k else p[k]
+            cdf = np.cumsum(dist) / dist.sum()
+            for x in np.flatnonzero(dist > 0):
+                out.append((draft, u, float(cdf[x] - dist[x] / dist.sum() / 2), p_draft * p_n * dist[x] / dist.sum(),
+                            draft[:n] + (int(x),)))
+    return out
 
 
 def expected_tokens_per_round(acceptance: float, k: int) -> float:
@@ -168,7 +202,7 @@ def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: Transformer
     logits, t_cache = decode.extend(t_params, tokens, t_cache, t_cfg)  # [1, k + 1, V]
     p = sampling.probabilities(logits[0], rows)  # [k + 1, V]
     u = _uniform(sampling.token_keys(rows.seed[:k], positions[:k], ACCEPT))  # [k]
-    v = _uniform(sampling.token_keys(rows.seed, positions, RESAMPLE))  # [k + 1]
+    v = _uniform(sampling.token_keys(rows.seed[:1], positions[:1], RESAMPLE))[0]  # one per round
     n, nxt = verify(p, qs, draft, u, v)
     return draft, n, nxt, t_cache, d_cache
 
