@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scalelib.serving import engine, request
+from scalelib.serving import engine, paged, request
 from tests.serving_common import (  # noqa: F401
     CFG,
     MAX_CONTEXT,
@@ -169,3 +169,13 @@ def test_step_records_say_what_ran():
     assert len(decodes) == (3 - 1) + (2 - 1)  # every new token after the first comes from a decode
     assert all(rec.tokens <= 8 and rec.padded_tokens == 16 for rec in eng.records)
     assert eng.step() is None
+
+
+def test_the_reported_program_count_is_what_jax_compiled():
+    if not hasattr(paged.step_jit, "_cache_size"):
+        pytest.skip("this JAX does not expose a jitted function's cache size")
+    cfg = config(block_size=3, min_token_bucket=8, num_blocks=40)  # a block size no other test uses: new shapes
+    before = paged.step_jit._cache_size()
+    eng = engine.Engine(params(), CFG, cfg)
+    eng.run([request.request(p, 4) for p in PROMPTS[:4]], [0, 0, 3, 6])
+    assert eng.compiled_programs == paged.step_jit._cache_size() - before == 2 < len(eng.records)
