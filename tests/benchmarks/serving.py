@@ -46,7 +46,7 @@ def shared_prefix_requests(n: int = 64, prefix: int = 192, seed: int = 1) -> lis
             for _ in range(n)]
 
 
-def _timed(fn, repeats: int = 2):
+def _timed(fn):
     """Run ``fn`` once to compile, then time it; returns (result, seconds)."""
     fn()
     start = time.perf_counter()
