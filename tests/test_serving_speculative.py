@@ -119,7 +119,7 @@ def other_draft():
     return jax.jit(model.init, static_argnums=1)(jax.random.key(1), CFG)
 
 
-@pytest.mark.parametrize("prompt", [PROMPTS[0], PROMPTS[1]])
+@pytest.mark.parametrize("prompt", [PROMPTS[0], PROMPTS[1], PROMPTS[2][:1]])  # a one-token prompt too
 def test_greedy_speculative_decoding_returns_the_targets_greedy_tokens(other_draft, prompt):
     req = request.request(prompt, MAX_NEW)
     target = (params(), CFG)

@@ -220,33 +220,29 @@ def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary of {t_cfg.vocab_size} tokens")
     max_len = len(req.prompt) + req.max_tokens + k + 1
-    prompt = jnp.asarray([req.prompt[:-1]], jnp.int32) if len(req.prompt) > 1 else None
     t_cache = decode.init_cache(t_cfg, 1, max_len, t_params["embed"].dtype)
     d_cache = decode.init_cache(d_cfg, 1, max_len, d_params["embed"].dtype)
-    if prompt is not None:  # both caches hold the prompt but its last token, which the first round feeds
-        t_cache = _extend(t_params, prompt, t_cache, t_cfg)
-        d_cache = _extend(d_params, prompt, d_cache, d_cfg)
+    if len(req.prompt) > 1:  # both caches hold the prompt but its last token
+        prompt = jnp.asarray([req.prompt[:-1]], jnp.int32)
+        t_cache, d_cache = _extend(t_params, prompt, t_cache, t_cfg), _extend(d_params, prompt, d_cache, d_cfg)
     rp = sampling.row_params([req.sampling], [0], 1)
     tokens, out = list(req.prompt), []
-    pending = [req.prompt[-1]]
     rounds = drafted = accepted = 0
     while len(out) < req.max_tokens:
-        base = len(tokens) - 1  # target cache length: every token but the pending one
+        # Every round the target feeds the newest token and the draft the newest two: the draft's cache then
+        # always ends two tokens back, whether or not its last proposal was accepted (one compiled round).
+        pending = tokens[-2:]
+        d_cache = d_cache._replace(length=jnp.int32(len(tokens) - len(pending)))
         draft, n, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache,
                                                  jnp.asarray([pending], jnp.int32), rp, t_cfg, d_cfg, k)
         n, draft = int(n), np.asarray(draft).tolist()
-        new = draft[:n] + [int(nxt)]
         rounds, drafted, accepted = rounds + 1, drafted + k, accepted + n
-        t_cache = t_cache._replace(length=jnp.int32(base + 1 + n))
-        # The draft cached the pending tokens and draft[:k-1]; keep what was accepted.
-        d_keep = base + 1 + min(n, k - 1)
-        d_cache = d_cache._replace(length=jnp.int32(d_keep))
-        pending = draft[k - 1:k] + [int(nxt)] if n == k else [int(nxt)]
-        for tok in new:
+        for tok in draft[:n] + [int(nxt)]:
             tokens.append(tok)
             out.append(tok)
             if tok in req.stop or len(out) == req.max_tokens:
                 return out, SpecStats(k, rounds, drafted, accepted, len(out))
+        t_cache = t_cache._replace(length=jnp.int32(len(tokens) - 1))  # drop what was rejected
     return out, SpecStats(k, rounds, drafted, accepted, len(out))
 
 
