@@ -169,14 +169,20 @@ def _uniform(keys: jax.Array) -> jax.Array:
     return jax.vmap(lambda key: jax.random.uniform(key, ()))(keys)
 
 
-@partial(jax.jit, static_argnums=(6, 7, 8))
+@partial(jax.jit, static_argnums=(6, 7, 8, 9), donate_argnums=(2, 3))
 def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: TransformerConfig, d_cfg: TransformerConfig,
-           k: int):
+           k: int, greedy: bool):
     """Draft k tokens after ``pending`` [1, P] (the target's pending token last), then verify them.
 
     Returns (draft [k], accepted n, next token, target cache, draft cache); the caller moves the
-    caches' lengths back past what was rejected.
+    caches' lengths back past what was rejected. ``greedy`` skips the sampling filters (one-hot
+    distributions at the argmax: what ``sampling.probabilities`` gives a greedy row).
     """
+    def dist(logits, row):  # [R, V] -> [R, V]
+        if greedy:
+            return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
+        return sampling.probabilities(logits, row)
+
     start = t_cache.length + 1  # position of the first draft token
     positions = start + jnp.arange(k + 1)  # [k + 1]
     rows = sampling.RowParams(*(jnp.broadcast_to(f, (k + 1,)) for f in rp[:4]), positions)
@@ -185,7 +191,7 @@ def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: Transformer
     def propose(d_cache, feed, i):
         """Feed the draft, pick its next token: (cache, token, its distribution [V])."""
         logits, d_cache = decode.extend(d_params, feed, d_cache, d_cfg)  # [1, P or 1, V]
-        q = sampling.probabilities(logits[:, -1], sampling.RowParams(*(f[i][None] for f in rows)))[0]  # [V]
+        q = dist(logits[:, -1], sampling.RowParams(*(f[i][None] for f in rows)))[0]  # [V]
         return d_cache, inverse_cdf(q, u_draft[i]), q
 
     d_cache, first, q0 = propose(d_cache, pending, 0)  # the pending tokens (1 or 2) give draft token 1
@@ -200,7 +206,7 @@ def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: Transformer
     qs = jnp.concatenate([q0[None], q_rest])  # [k, V]
     tokens = jnp.concatenate([pending[:, -1:], draft[None]], axis=1)  # [1, k + 1]
     logits, t_cache = decode.extend(t_params, tokens, t_cache, t_cfg)  # [1, k + 1, V]
-    p = sampling.probabilities(logits[0], rows)  # [k + 1, V]
+    p = dist(logits[0], rows)  # [k + 1, V]
     u = _uniform(sampling.token_keys(rows.seed[:k], positions[:k], ACCEPT))  # [k]
     v = _uniform(sampling.token_keys(rows.seed[:1], positions[:1], RESAMPLE))[0]  # one per round
     n, nxt = verify(p, qs, draft, u, v)
@@ -233,8 +239,8 @@ def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.
         # always ends two tokens back, whether or not its last proposal was accepted (one compiled round).
         pending = tokens[-2:]
         d_cache = d_cache._replace(length=jnp.int32(len(tokens) - len(pending)))
-        draft, n, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache,
-                                                 jnp.asarray([pending], jnp.int32), rp, t_cfg, d_cfg, k)
+        draft, n, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache, jnp.asarray([pending], jnp.int32),
+                                                 rp, t_cfg, d_cfg, k, req.sampling.greedy)
         n, draft = int(n), np.asarray(draft).tolist()
         rounds, drafted, accepted = rounds + 1, drafted + k, accepted + n
         for tok in draft[:n] + [int(nxt)]:
