@@ -10,6 +10,8 @@ Prints, side by side in one run:
   programs on 8 simulated devices; run it in .venv and .venv-floor to compare JAX versions.
 * with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
   x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
+* with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
+  (tests/benchmarks/serving.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
   sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
   overhead against the notebook's own execution time.
@@ -220,6 +222,7 @@ def main() -> int:
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
+    parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
     parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
     parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
@@ -237,6 +240,11 @@ def main() -> int:
         print(f"{'program':34s} {'op runs':>8s} {'KiB':>6s} {'1st call (s)':>13s} {'capture (ms)':>13s} {'read (ms)':>10s}")
         for name, n, size, first, cap, rd in trace_rows():
             print(f"{name:34s} {n:8d} {size / 1024:6.0f} {first:13.2f} {cap * 1e3:13.1f} {rd * 1e3:10.1f}")
+        return 0
+    if args.serving:
+        from tests.benchmarks import serving
+
+        serving.main()
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")
