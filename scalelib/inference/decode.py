@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from scalelib import model
 from scalelib.transformer import TransformerConfig
@@ -51,7 +52,7 @@ def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype: Any = jn
     return KVCache(k, v, jnp.zeros((), jnp.int32))
 
 
-def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array) -> jax.Array:
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array | np.ndarray) -> jax.Array:
     """q [B, T, N, H] at positions q_pos [T] against a cache k, v [B, K, S, H] -> [B, T, N, H].
 
     Slot j is visible to the query at position p when j <= p (causal, empty slots excluded).
@@ -71,7 +72,8 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array)
     return out.reshape(b, t, n, h)  # [B, T, N, H]
 
 
-def project_qkv(cfg: TransformerConfig, p: dict, x: jax.Array, positions: jax.Array):
+def project_qkv(cfg: TransformerConfig, p: dict, x: jax.Array,
+                positions: jax.Array | np.ndarray) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Queries [B, T, N, H], keys and values [B, T, K, H] of x [B, T, D] at ``positions`` [T] (RoPE applied)."""
     y = model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps)  # [B, T, D]
     q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [B, T, N, H]
@@ -79,7 +81,8 @@ def project_qkv(cfg: TransformerConfig, p: dict, x: jax.Array, positions: jax.Ar
     v = jnp.einsum("btd,dkh->btkh", y, p["wv"])  # [B, T, K, H]
     if cfg.qkv_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]  # biases broadcast over [B, T]
-    q, k = model.rope(q, positions, cfg.rope_theta), model.rope(k, positions, cfg.rope_theta)  # [B, T, N|K, H]
+    pos = jnp.asarray(positions)  # [T]
+    q, k = model.rope(q, pos, cfg.rope_theta), model.rope(k, pos, cfg.rope_theta)  # [B, T, N|K, H]
     return q, k, v
 
 
@@ -90,7 +93,8 @@ def project_out(cfg: TransformerConfig, p: dict, att: jax.Array) -> jax.Array:
     return out + p["bo"] if cfg.o_bias else out
 
 
-def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache, layer: int):
+def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache,
+                          layer: int) -> tuple[jax.Array, KVCache]:
     """Residual branch of layer ``layer``'s attention for x [B, T, D]; writes its keys and values."""
     positions = cache.length + jnp.arange(x.shape[1])  # [T]
     q, k, v = project_qkv(cfg, p, x, positions)  # [B, T, N|K, H]

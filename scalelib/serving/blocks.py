@@ -28,7 +28,7 @@ class OutOfBlocks(RuntimeError):
 class BlockPool:
     """``num_blocks`` blocks of ``block_size`` token slots each."""
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int) -> None:
         for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
                 raise ValueError(f"{name} must be a positive int, got {v!r}")

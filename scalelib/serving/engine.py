@@ -57,7 +57,7 @@ class EngineConfig:
     check_blocks: bool = False  # check the pool's invariants after every step (tests)
     array_blocks: int | None = None  # blocks the KV arrays hold (None: num_blocks)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_running", "token_budget", "max_context",
                      "min_token_bucket", "min_width_bucket", "min_rows_bucket"):
             v = getattr(self, name)
@@ -130,7 +130,7 @@ class Engine:
     """Continuous batching with a paged, prefix-cached KV pool for ``scalelib.model`` weights."""
 
     def __init__(self, params: model.Params, cfg: TransformerConfig, config: EngineConfig = EngineConfig(),
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self.params, self.cfg, self.config, self.clock = paged.unstacked(params), cfg, config, clock
         self.pool = BlockPool(config.num_blocks, config.block_size)
         self.cache = PrefixCache(self.pool, enabled=config.prefix_caching)
@@ -153,8 +153,8 @@ class Engine:
             raise ValueError(f"token id {bad[0]} is outside the vocabulary of {v} tokens (ids 0..{v - 1})")
         total = len(req.prompt) + req.max_tokens
         if len(req.prompt) >= c.max_context or total > c.max_context:
-            raise ValueError(f"a {len(req.prompt)}-token prompt plus max_tokens={req.max_tokens} needs {total} positions "
-                             f"but the context holds {c.max_context}; shorten the prompt or lower max_tokens")
+            raise ValueError(f"a {len(req.prompt)}-token prompt plus max_tokens={req.max_tokens} needs {total} "
+                             f"positions but the context holds {c.max_context}; shorten the prompt or lower max_tokens")
         need = self.pool.blocks_for(total - 1)  # the last new token is never fed back
         if need > c.num_blocks:
             raise ValueError(f"this request needs {need} blocks of {c.block_size} tokens but the pool has "
@@ -186,7 +186,8 @@ class Engine:
         tokens, positions = np.zeros(t, np.int32), np.zeros(t, np.int32)
         slots, rows = np.full(t, (c.array_blocks or c.num_blocks) * bs, np.int32), np.zeros(t, np.int32)
         tables, out = np.zeros((r, w), np.int32), np.zeros(r, np.int32)
-        sampled, at = [], 0
+        sampled: list[Sequence] = []
+        at = 0
         for row, (s, n) in enumerate(entries):
             pos = np.arange(s.computed, s.computed + n)
             blocks = np.asarray(s.blocks, np.int32)
@@ -241,7 +242,8 @@ class Engine:
             self.finished[s.seq_id] = Result(s.seq_id, req.prompt, tuple(s.output), s.finish_reason, s.arrival_s,
                                              s.first_token_s, now, s.preemptions, s.cached_tokens)
 
-    def run(self, requests: Seq[Request], arrival_steps: Seq[int] | None = None, max_steps: int = 100_000) -> list[Result]:
+    def run(self, requests: Seq[Request], arrival_steps: Seq[int] | None = None,
+            max_steps: int = 100_000) -> list[Result]:
         """Serve ``requests`` (request i joins before step ``arrival_steps[i]``, default 0) to the end."""
         arrival_steps = [0] * len(requests) if arrival_steps is None else list(arrival_steps)
         if len(arrival_steps) != len(requests):

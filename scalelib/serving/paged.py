@@ -24,7 +24,7 @@ three numbers of buckets (``engine.EngineConfig.max_programs``), not one program
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +51,7 @@ class KVPool(NamedTuple):
         return self.nbytes // self.k[0].shape[0]
 
 
-def init_pool(cfg: TransformerConfig, num_blocks: int, block_size: int, dtype=jnp.float32) -> KVPool:
+def init_pool(cfg: TransformerConfig, num_blocks: int, block_size: int, dtype: Any = jnp.float32) -> KVPool:
     """Zeroed keys and values for ``num_blocks`` blocks of ``block_size`` tokens."""
     shape = (num_blocks, block_size, cfg.n_kv_heads, cfg.head_dim)
     return KVPool(tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers)),
@@ -85,7 +85,8 @@ def bucket(n: int, smallest: int, largest: int) -> int:
     return min(largest, max(smallest, 1 << max(n - 1, 0).bit_length()))
 
 
-def _layer(cfg: TransformerConfig, p: dict, x: jax.Array, k_pool: jax.Array, v_pool: jax.Array, inp: StepInput):
+def _layer(cfg: TransformerConfig, p: dict, x: jax.Array, k_pool: jax.Array, v_pool: jax.Array,
+           inp: StepInput) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Layer on x [1, T, D]: attention through the block table, then the MLP; returns (x, k_pool, v_pool)."""
     num_blocks, block_size, kh, h = k_pool.shape
     q, k, v = decode.project_qkv(cfg, p, x, inp.positions)  # [1, T, N, H], [1, T, K, H] x 2
@@ -102,7 +103,7 @@ def _layer(cfg: TransformerConfig, p: dict, x: jax.Array, k_pool: jax.Array, v_p
     return x, k_pool, v_pool
 
 
-def forward(params: model.Params, kv: KVPool, inp: StepInput, cfg: TransformerConfig):
+def forward(params: model.Params, kv: KVPool, inp: StepInput, cfg: TransformerConfig) -> tuple[jax.Array, KVPool]:
     """One step: (logits [R, V] float32 of the ``out`` tokens, the pool with this step's keys and values)."""
     x = params["embed"][inp.tokens][None]  # [1, T, D]
     ks, vs = list(kv.k), list(kv.v)
@@ -116,7 +117,7 @@ def forward(params: model.Params, kv: KVPool, inp: StepInput, cfg: TransformerCo
 
 
 def forward_and_sample(params: model.Params, kv: KVPool, inp: StepInput, rp: sampling.RowParams,
-                       cfg: TransformerConfig):
+                       cfg: TransformerConfig) -> tuple[jax.Array, KVPool]:
     """``forward`` then ``sampling.sample`` in one program: (tokens [R] int32, pool)."""
     logits, kv = forward(params, kv, inp, cfg)  # [R, V]
     return sampling.sample(logits, rp), kv

@@ -53,7 +53,7 @@ class PrefixStats:
 class PrefixCache:
     """Hash -> block map over a ``BlockPool`` (see the module docstring)."""
 
-    def __init__(self, pool: BlockPool, enabled: bool = True):
+    def __init__(self, pool: BlockPool, enabled: bool = True) -> None:
         self.pool, self.enabled = pool, enabled
         self._block_of: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 MAX_SEED = 2**31 - 1  # seeds travel to the step as int32
 
@@ -36,7 +37,7 @@ class SamplingParams:
     top_p: float = 1.0
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         t, k, p, s = self.temperature, self.top_k, self.top_p, self.seed
         if not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t < float("inf")):
             raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {t!r}")
@@ -55,7 +56,7 @@ class SamplingParams:
 SAMPLING_OPTIONS = tuple(f.name for f in dataclasses.fields(SamplingParams))
 
 
-def sampling_params(**options: float) -> SamplingParams:
+def sampling_params(**options: Any) -> SamplingParams:
     """``SamplingParams`` from keyword options, naming any option it does not know."""
     unknown = sorted(set(options) - set(SAMPLING_OPTIONS))
     if unknown:
@@ -72,14 +73,15 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[int, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         prompt, stop = tuple(self.prompt), tuple(self.stop)
         if not prompt or not all(_is_int(t) and t >= 0 for t in prompt):
             raise ValueError(f"prompt must be a non-empty sequence of token ids (ints >= 0), got {self.prompt!r:.80}")
         if not all(_is_int(t) and t >= 0 for t in stop):
             raise ValueError(f"stop must be token ids (ints >= 0), got {self.stop!r:.80}")
         if not (_is_int(self.max_tokens) and self.max_tokens >= 1):
-            raise ValueError(f"max_tokens must be an int >= 1 (the most new tokens to generate), got {self.max_tokens!r}")
+            raise ValueError("max_tokens must be an int >= 1 (the most new tokens to generate), "
+                             f"got {self.max_tokens!r}")
         if not isinstance(self.sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams (see sampling_params(**options)), got "
                             f"{type(self.sampling).__name__}")

@@ -17,7 +17,7 @@ same tokens alone, batched with others, chunked differently or recomputed after 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import jax
 import jax.numpy as jnp
@@ -26,14 +26,18 @@ import numpy as np
 from scalelib.serving.request import SamplingParams
 
 
+# Host arrays when built (``row_params``), device arrays inside the jitted step.
+Rows: TypeAlias = jax.Array | np.ndarray
+
+
 class RowParams(NamedTuple):
     """Sampling parameters of R rows, as arrays the jitted step takes."""
 
-    temperature: jax.Array  # [R] float32, 0 = greedy
-    top_k: jax.Array  # [R] int32, 0 = all tokens
-    top_p: jax.Array  # [R] float32
-    seed: jax.Array  # [R] int32
-    position: jax.Array  # [R] int32: the position of the token each row picks
+    temperature: Rows  # [R] float32, 0 = greedy
+    top_k: Rows  # [R] int32, 0 = all tokens
+    top_p: Rows  # [R] float32
+    seed: Rows  # [R] int32
+    position: Rows  # [R] int32: the position of the token each row picks
 
 
 def row_params(params: Sequence[SamplingParams], positions: Sequence[int], rows: int) -> RowParams:
@@ -50,9 +54,11 @@ def row_params(params: Sequence[SamplingParams], positions: Sequence[int], rows:
         position=np.array(list(positions) + [0] * pad, np.int32))
 
 
-def token_keys(seed: jax.Array, position: jax.Array, stream: int = 0) -> jax.Array:
+def token_keys(seed: Rows, position: Rows, stream: int = 0) -> jax.Array:
     """One PRNG key per row from its seed and token position; ``stream`` separates independent draws."""
-    one = lambda s, p: jax.random.fold_in(jax.random.fold_in(jax.random.key(s), p), stream)
+    def one(s: Any, p: Any) -> jax.Array:
+        return jax.random.fold_in(jax.random.fold_in(jax.random.key(s), p), stream)
+
     return jax.vmap(one)(seed, position)  # [R] keys
 
 

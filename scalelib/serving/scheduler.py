@@ -115,7 +115,7 @@ class Sequence:
     preemptions: int = 0
     cached_tokens: int = 0  # prefix-cache hit when first admitted
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.tokens:
             self.tokens = list(self.request.prompt)
 
@@ -139,7 +139,8 @@ class Schedule:
 class Scheduler:
     """Waiting and running queues over a ``PrefixCache`` (see the module docstring)."""
 
-    def __init__(self, cache: PrefixCache, *, token_budget: int, max_running: int, max_chunk: int | None = None):
+    def __init__(self, cache: PrefixCache, *, token_budget: int, max_running: int,
+                 max_chunk: int | None = None) -> None:
         self.cache, self.pool = cache, cache.pool
         self.token_budget, self.max_running, self.max_chunk = token_budget, max_running, max_chunk
         self.waiting: list[Sequence] = []  # by seq_id: arrival order

@@ -61,7 +61,7 @@ def inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
     return jnp.minimum(jnp.sum(cdf <= u * cdf[-1]), probs.shape[-1] - 1).astype(jnp.int32)
 
 
-def verify(p: jax.Array, q: jax.Array, draft: jax.Array, u: jax.Array, v: jax.Array):
+def verify(p: jax.Array, q: jax.Array, draft: jax.Array, u: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The acceptance rule: (accepted count n, next token).
 
     p [k + 1, V]: the target's distributions at the k draft positions and the one after;
@@ -77,7 +77,10 @@ def verify(p: jax.Array, q: jax.Array, draft: jax.Array, u: jax.Array, v: jax.Ar
     return n, inverse_cdf(dist, v)
 
 
-def round_cells(p: np.ndarray, q: np.ndarray) -> list[tuple[tuple[int, ...], list[float], float, float, tuple[int, ...]]]:
+Cell = tuple[tuple[int, ...], list[float], float, float, tuple[int, ...]]
+
+
+def round_cells(p: np.ndarray, q: np.ndarray) -> list[Cell]:
     """Every outcome of one round as (draft, u, v, probability, emitted tokens), for exact checks.
 
     p [k + 1, V] and q [k, V] as in ``verify``; the draft tokens are drawn from the rows of q. The
@@ -139,7 +142,8 @@ class SpecStats:
         return expected_tokens_per_round(self.acceptance_rate, self.k)
 
 
-def early_exit_draft(params: model.Params, cfg: TransformerConfig, layers: int) -> tuple[model.Params, TransformerConfig]:
+def early_exit_draft(params: model.Params, cfg: TransformerConfig,
+                     layers: int) -> tuple[model.Params, TransformerConfig]:
     """The first ``layers`` layers of a model (with its embedding, final norm and unembedding) as its draft.
 
     Self-speculation: the draft shares the target's weights and costs about layers / L of a step.
@@ -170,25 +174,28 @@ def _uniform(keys: jax.Array) -> jax.Array:
 
 
 @partial(jax.jit, static_argnums=(6, 7, 8, 9), donate_argnums=(2, 3))
-def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: TransformerConfig, d_cfg: TransformerConfig,
-           k: int, greedy: bool):
+def _round(t_params: model.Params, d_params: model.Params, t_cache: decode.KVCache, d_cache: decode.KVCache,
+           pending: jax.Array, rp: sampling.RowParams, t_cfg: TransformerConfig, d_cfg: TransformerConfig,
+           k: int, greedy: bool) -> tuple[jax.Array, jax.Array, jax.Array, decode.KVCache, decode.KVCache]:
     """Draft k tokens after ``pending`` [1, P] (the target's pending token last), then verify them.
 
     Returns (draft [k], accepted n, next token, target cache, draft cache); the caller moves the
     caches' lengths back past what was rejected. ``greedy`` skips the sampling filters (one-hot
     distributions at the argmax: what ``sampling.probabilities`` gives a greedy row).
     """
-    def dist(logits, row):  # [R, V] -> [R, V]
+    def dist(logits: jax.Array, row: sampling.RowParams) -> jax.Array:  # [R, V] -> [R, V]
         if greedy:
             return jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=jnp.float32)
         return sampling.probabilities(logits, row)
 
     start = t_cache.length + 1  # position of the first draft token
     positions = start + jnp.arange(k + 1)  # [k + 1]
-    rows = sampling.RowParams(*(jnp.broadcast_to(f, (k + 1,)) for f in rp[:4]), positions)
+    wide = lambda f: jnp.broadcast_to(f, (k + 1,))  # noqa: E731  # [k + 1]
+    rows = sampling.RowParams(wide(rp.temperature), wide(rp.top_k), wide(rp.top_p), wide(rp.seed), positions)
     u_draft = _uniform(sampling.token_keys(rows.seed, positions, DRAFT))  # [k + 1]
 
-    def propose(d_cache, feed, i):
+    def propose(d_cache: decode.KVCache, feed: jax.Array,
+                i: jax.Array | int) -> tuple[decode.KVCache, jax.Array, jax.Array]:
         """Feed the draft, pick its next token: (cache, token, its distribution [V])."""
         logits, d_cache = decode.extend(d_params, feed, d_cache, d_cfg)  # [1, P or 1, V]
         q = dist(logits[:, -1], sampling.RowParams(*(f[i][None] for f in rows)))[0]  # [V]
@@ -196,7 +203,10 @@ def _round(t_params, d_params, t_cache, d_cache, pending, rp, t_cfg: Transformer
 
     d_cache, first, q0 = propose(d_cache, pending, 0)  # the pending tokens (1 or 2) give draft token 1
 
-    def step(carry, i):  # draft tokens 2..k, one at a time: one compiled body whatever k is
+    Carry = tuple[decode.KVCache, jax.Array]
+
+    # draft tokens 2..k, one at a time: one compiled body whatever k is
+    def step(carry: Carry, i: jax.Array) -> tuple[Carry, tuple[jax.Array, jax.Array]]:
         d_cache, tok = carry
         d_cache, nxt, q = propose(d_cache, tok.reshape(1, 1), i)
         return (d_cache, nxt), (nxt, q)
@@ -232,18 +242,20 @@ def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.
         prompt = jnp.asarray([req.prompt[:-1]], jnp.int32)
         t_cache, d_cache = _extend(t_params, prompt, t_cache, t_cfg), _extend(d_params, prompt, d_cache, d_cfg)
     rp = sampling.row_params([req.sampling], [0], 1)
-    tokens, out = list(req.prompt), []
+    tokens: list[int] = list(req.prompt)
+    out: list[int] = []
     rounds = drafted = accepted = 0
     while len(out) < req.max_tokens:
         # Every round the target feeds the newest token and the draft the newest two: the draft's cache then
         # always ends two tokens back, whether or not its last proposal was accepted (one compiled round).
         pending = tokens[-2:]
         d_cache = d_cache._replace(length=jnp.int32(len(tokens) - len(pending)))
-        draft, n, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache, jnp.asarray([pending], jnp.int32),
-                                                 rp, t_cfg, d_cfg, k, req.sampling.greedy)
-        n, draft = int(n), np.asarray(draft).tolist()
+        proposed, n_acc, nxt, t_cache, d_cache = _round(t_params, d_params, t_cache, d_cache,
+                                                        jnp.asarray([pending], jnp.int32), rp, t_cfg, d_cfg, k,
+                                                        req.sampling.greedy)
+        n, drafts = int(n_acc), np.asarray(proposed).tolist()
         rounds, drafted, accepted = rounds + 1, drafted + k, accepted + n
-        for tok in draft[:n] + [int(nxt)]:
+        for tok in drafts[:n] + [int(nxt)]:
             tokens.append(tok)
             out.append(tok)
             if tok in req.stop or len(out) == req.max_tokens:

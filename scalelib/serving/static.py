@@ -43,7 +43,8 @@ def serve_static(params: model.Params, cfg: TransformerConfig, requests: Seq[Req
     dropped = num_blocks * block_size  # an out-of-range slot: padding writes nothing
     kv = paged.init_pool(cfg, num_blocks, block_size, params["embed"].dtype)
     tables = np.arange(num_blocks, dtype=np.int32).reshape(batch_size, width)  # row r owns blocks r*width..
-    start, results, records = clock(), [], []
+    start, results = clock(), []
+    records: list[StepRecord] = []
     for b0 in range(0, len(requests), batch_size):
         batch = list(requests[b0:b0 + batch_size])
         seqs = [list(r.prompt) for r in batch]
