@@ -32,9 +32,7 @@ missing (a roster student without a file).
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import html
 import json
 import os
 import shutil
@@ -48,6 +46,7 @@ from pathlib import Path
 
 from autograder import align, course, sandbox, submissions
 from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+from autograder.report import atomic_write, write_csv, write_feedback, write_manifest
 
 GRADER_VERSION = "3"
 MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
@@ -75,16 +74,8 @@ class StudentResult:
         return f"{self.student:24s} {self.score:6.1f} / {self.max_score:.1f}  {self.status}{extra}  [{self.seconds:.1f} s]"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _safe(student: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in student)[:100] or "_"
+    return submissions.file_stem(student)
 
 
 class Grader:
@@ -277,6 +268,10 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster)
+        if mapping.skipped:
+            grader.say(f"{len(mapping.skipped)} entries of the export not unpacked (see submissions.csv):")
+            for name, why in mapping.skipped[:20]:
+                grader.say(f"  {name}: {why}")
         if not mapping.chosen and not mapping.missing:
             raise SystemExit(f"no notebooks found in {source}" +
                              (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
@@ -322,7 +317,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                                        mapping.chosen[student].shown)
                     res = StudentResult(**{**asdict(res), "fingerprint": ""})
                 results[student] = res
-                _atomic_write(out_dir / "results" / f"{_safe(student)}.json", json.dumps(asdict(res), indent=1))
+                atomic_write(out_dir / "results" / f"{_safe(student)}.json", json.dumps(asdict(res), indent=1))
                 write_feedback(out_dir / "feedback" / f"{_safe(student)}.html", chapter, res, grader.chapter)
                 grader.done += 1
                 elapsed = time.perf_counter() - start
@@ -349,54 +344,3 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             secs = time.perf_counter() - start
             grader.say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
     return ordered
-
-
-def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_ids: list[str]) -> None:
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["student", "chapter", "score", "max_score", "status", "detail", "file", *exercise_ids])
-    for r in results:
-        writer.writerow([r.student, chapter, f"{r.score:g}", f"{r.max_score:g}", r.status, r.detail, r.file,
-                         *(f"{r.exercises.get(e, 0.0):g}" for e in exercise_ids)])
-    _atomic_write(path, buf.getvalue())
-
-
-def write_manifest(path: Path, mapping: submissions.Mapping) -> None:
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["file", "student", "use", "why"])
-    for student, cand in sorted(mapping.chosen.items()):
-        writer.writerow([cand.shown, student, "graded", f"chapter from {cand.chapter_from or 'content'}"])
-    for cand, student in mapping.superseded:
-        writer.writerow([cand.shown, student, "superseded", f"a later file of {student} was graded"])
-    for name, why in mapping.unmatched:
-        writer.writerow([name, "", "unmatched", why])
-    _atomic_write(path, buf.getvalue())
-
-
-def write_feedback(path: Path, chapter: str, r: StudentResult, ch: align.Chapter) -> None:
-    e = html.escape
-    rows = []
-    for eid, ex in ch.exercises.items():
-        got = r.exercises.get(eid, 0.0)
-        note = r.messages.get(eid, "" if got == ex.points else "not graded")
-        if eid in r.in_kernel:
-            note = (note + " " if note else "") + "(judged inside your kernel)"
-        out = r.outputs.get(eid, "")
-        rows.append(f"<tr><td>{e(eid)}</td><td>{got:g} / {ex.points:g}</td><td>{'passed' if got == ex.points else 'failed'}</td>"
-                    f"<td><pre>{e(note)}</pre>{f'<pre>{e(out)}</pre>' if out else ''}</td></tr>")
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(chapter)}: {e(r.student)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}}
-table{{border-collapse:collapse}}pre{{white-space:pre-wrap;margin:0}}</style></head><body>
-<h1>{e(chapter)}: {e(r.student)}</h1>
-<p>Status: <b>{e(r.status)}</b>{(' &mdash; ' + e(r.detail)) if r.detail else ''}</p>
-<p>Score: <b>{r.score:g} / {r.max_score:g}</b>{(' &mdash; file ' + e(r.file)) if r.file else ''}</p>
-<table><tr><th>exercise</th><th>points</th><th>result</th><th>details</th></tr>
-{''.join(rows)}
-</table></body></html>
-"""
-    _atomic_write(path, page)
