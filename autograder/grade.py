@@ -118,6 +118,7 @@ class Grader:
         from autograder.judge import KERNEL_HELPER, Judge
 
         start = time.perf_counter()
+        deadline = time.monotonic() + self.limits.notebook_timeout_s  # reading the notebook counts too
         fp = self.fingerprint(cand.path)
         if cand.invalid:
             return self.empty(student, "invalid notebook", cand.invalid, cand.shown, fp)
@@ -125,16 +126,20 @@ class Grader:
             return self.empty(student, "wrong chapter", f"this is {cand.chapter} (from its {cand.chapter_from})",
                               cand.shown, fp)
         nb = json.loads(cand.path.read_bytes().decode("utf-8"))
-        plan = align.plan(nb["cells"], self.chapter)
+        try:
+            plan = align.plan(nb["cells"], self.chapter, deadline)
+        except align.AlignTimeout as err:
+            return StudentResult(student, "timed out", 0.0, self.chapter.max_score,
+                                 {e: 0.0 for e in self.chapter.exercises}, time.perf_counter() - start, str(err),
+                                 cand.shown, fingerprint=fp)
         if not (set(plan.answers) & set(self.chapter.exercises)) and cand.chapter is None:
             return self.empty(student, "wrong chapter", "none of this chapter's answers are in it", cand.shown, fp)
         lim = self.limits
-        deadline = time.monotonic() + lim.notebook_timeout_s
         scores = {e: 0.0 for e in self.chapter.exercises}
         messages = {e: "answer not found in the notebook" for e in plan.not_found}
         outputs: dict[str, str] = {}
         in_kernel: list[str] = []
-        problems: list[str] = []
+        problems: list[str] = list(plan.problems)
         status = "graded"
         judged: set[str] = set()
         dropped: set[str] = set()  # exercises whose answer or test killed the kernel: left out after a restart
