@@ -1,4 +1,4 @@
-"""python -m autograder {release,check,grade} — see README.md ("For instructors")."""
+"""python -m autograder {release,check,grade,doctor} — see README.md ("For instructors")."""
 
 from __future__ import annotations
 
@@ -28,7 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--nbgrader-course", type=Path,
                     help="nbgrader course folder whose gradebook.db receives the grades (default: OUT/nbgrader)")
     gr.add_argument("--max-output-bytes", type=int, help="text output kept per notebook (default: pyproject max-output-bytes)")
+    gr.add_argument("--allow-unsandboxed", action="store_true",
+                    help="grade even where no OS sandbox is available (student code then runs as you)")
+    sub.add_parser("doctor", help="check what the sandbox needs from this host")
     args = parser.parse_args(argv)
+
+    if args.command == "doctor":
+        from autograder import sandbox
+
+        checks = sandbox.host_checks()
+        for c in checks:
+            print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}")
+        return 0 if all(c.ok or not c.required for c in checks) else 1
 
     from autograder import release
 
@@ -49,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
                           workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
                           notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb,
-                          max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course)
+                          max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course,
+                          allow_unsandboxed=args.allow_unsandboxed)
     counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")

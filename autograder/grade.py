@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import align, course, sandbox, submissions
+from autograder import align, course, inkernel, sandbox, submissions
 from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
 from autograder.report import atomic_write, write_csv, write_feedback, write_manifest
 
@@ -115,7 +115,7 @@ class Grader:
                              0.0, detail, file, fingerprint=fp)
 
     def grade_one(self, student: str, cand: submissions.Candidate, scratch: Path, logs: Path) -> StudentResult:
-        from autograder.judge import KERNEL_HELPER, Judge
+        from autograder.judge import Judge
 
         start = time.perf_counter()
         deadline = time.monotonic() + self.limits.notebook_timeout_s  # reading the notebook counts too
@@ -148,7 +148,7 @@ class Grader:
             session = None
             try:
                 session = KernelSession(scratch / f"k{attempt}", lim, logs / f"{_safe(student)}.kernel.log")
-                helper = session.run(KERNEL_HELPER, timeout=60, silent=True)
+                helper = session.run(inkernel.program(lim.max_reply_bytes), timeout=60, silent=True)
                 if not helper.ok:
                     problems.append(f"grader helper: {helper.error}")
                 judge = None
@@ -233,6 +233,18 @@ class Grader:
                              tuple(in_kernel), fp)
 
 
+class Unsandboxed(SystemExit):
+    """No OS sandbox on this host, and the instructor did not allow grading without one."""
+
+    def __init__(self, why: str) -> None:
+        fixes = "".join(f"\n  - {h}" for h in sandbox.hints())
+        super().__init__(
+            f"refusing to grade: student code cannot be sandboxed here ({why}).{fixes}\n"
+            "Run `python -m autograder doctor` for what the sandbox needs. To grade anyway, with student code able to "
+            "read and write anything this user can, pass --allow-unsandboxed.")
+        self.why = why
+
+
 def _load_result(path: Path) -> StudentResult | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -246,7 +258,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
           workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
           notebook_timeout_s: float | None = None, memory_mb: int | None = None,
           max_output_bytes: int | None = None, quiet: bool = False,
-          nbgrader_dir: Path | None = None) -> list[StudentResult]:
+          nbgrader_dir: Path | None = None, allow_unsandboxed: bool = False) -> list[StudentResult]:
     """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student.
 
     The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
@@ -254,10 +266,11 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     """
     settings = course.settings(root)
     why_not = sandbox.available()
+    if why_not and not allow_unsandboxed:
+        raise Unsandboxed(why_not)
     if why_not:
-        print("\n" + "!" * 78 + f"\n!! WARNING: no OS sandbox for student kernels here ({why_not}).\n"
-              "!! Student code can read and write anything this user can. Grade on Linux with user\n"
-              "!! namespaces enabled (sysctl kernel.unprivileged_userns_clone=1) to isolate it.\n" + "!" * 78 + "\n",
+        print("\n" + "!" * 78 + f"\n!! NOT SANDBOXED (--allow-unsandboxed): {why_not}\n"
+              "!! Student code can read and write anything this user can.\n" + "!" * 78 + "\n",
               file=sys.stderr, flush=True)
     limits = Limits(cell_timeout_s=cell_timeout_s or settings.cell_timeout_s,
                     notebook_timeout_s=notebook_timeout_s or settings.notebook_timeout_s,

@@ -16,8 +16,8 @@ in place; nothing here runs student code.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from autograder import nbgrader_course
 from autograder.course import SOLUTIONS

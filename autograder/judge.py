@@ -33,7 +33,6 @@ import base64
 import builtins
 import contextlib
 import io
-import json
 import math
 import pickle
 import threading
@@ -41,6 +40,7 @@ import time
 import types
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +71,26 @@ class Opaque:
         return f"<{self.kind}: {self.text}>" if self.text else f"<{self.kind}>"
 
 
-def decode(obj, depth: int = 0):
+_ARRAY_DTYPES = {"|b1": np.bool_, "<i8": np.int64, "<f8": np.float64}
+
+
+def _array(obj: dict) -> Any:
+    dtype = _ARRAY_DTYPES.get(obj.get("dtype"))  # type: ignore[arg-type]
+    shape = obj.get("shape")
+    data = obj.get("array")
+    if dtype is None or type(shape) is not list or type(data) is not str or len(shape) > 32 or not all(
+            type(n) is int and n >= 0 for n in shape):
+        return Opaque("unreadable array")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except ValueError:
+        return Opaque("unreadable array")
+    if len(raw) != math.prod(shape) * np.dtype(dtype).itemsize:
+        return Opaque("unreadable array")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def decode(obj: Any, depth: int = 0) -> Any:
     """Untrusted JSON -> plain Python values (exact types only)."""
     if depth > 50:
         return Opaque("too deeply nested value")
@@ -79,7 +98,7 @@ def decode(obj, depth: int = 0):
         return obj
     if type(obj) is list:
         return [decode(v, depth + 1) for v in obj]
-    if type(obj) is dict and len(obj) in (1, 2):
+    if type(obj) is dict and 1 <= len(obj) <= 3:
         if "tuple" in obj and type(obj["tuple"]) is list:
             return tuple(decode(v, depth + 1) for v in obj["tuple"])
         if "dict" in obj and type(obj["dict"]) is list:
@@ -88,86 +107,10 @@ def decode(obj, depth: int = 0):
             except (TypeError, ValueError):
                 return Opaque("unreadable dict")
         if "array" in obj:
-            dtype = {"b": np.bool_, "i": np.int64, "u": np.int64}.get(obj.get("kind"), np.float64)
-            try:
-                return np.array(obj["array"], dtype=dtype)
-            except (TypeError, ValueError, OverflowError):
-                return Opaque("unreadable array")
+            return _array(obj)
         if "opaque" in obj:
             return Opaque(str(obj.get("opaque"))[:80], str(obj.get("repr", "")))
     return Opaque("malformed value")
-
-
-# Runs inside the student's kernel. Untrusted once the student's code has run: it can only ever
-# produce the student's own answers, which the grader then judges.
-KERNEL_HELPER = r'''
-def __grader_setup():
-    import base64, contextlib, importlib, io, json, pickle, sys, types
-    import numpy as np
-
-    def plain(v, depth=0):
-        t = type(v)
-        if depth > 40:
-            raise ValueError("too deep")
-        if v is None or t in (bool, int, str):
-            return v
-        if t is float:
-            return v
-        if t is tuple:
-            return {"tuple": [plain(x, depth + 1) for x in v]}
-        if t is list:
-            return [plain(x, depth + 1) for x in v]
-        if t is dict:
-            return {"dict": [[plain(k, depth + 1), plain(x, depth + 1)] for k, x in v.items()]}
-        if isinstance(v, np.generic) and t.__module__ == "numpy" and v.dtype.kind in "biuf":
-            return plain(v.item(), depth + 1)
-        if t is np.ndarray or (t.__module__.startswith("jax") and hasattr(v, "shape")):
-            a = np.asarray(v)
-            if a.dtype.kind in "biuf" and a.size <= 10**7:
-                return {"array": a.tolist(), "kind": a.dtype.kind}
-        try:
-            text = repr(v)[:200]
-        except BaseException:
-            text = ""
-        return {"opaque": t.__name__, "repr": text}
-
-    def resolve(module, qualname):
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = obj.__dict__[part] if isinstance(obj, type) else getattr(obj, part)
-        if isinstance(obj, (classmethod, staticmethod)):  # forbid(Cls.method.__func__) in the test
-            obj = obj.__func__
-        return obj.fget if isinstance(obj, property) else obj
-
-    class Sink(io.TextIOBase):
-        def write(self, s):
-            return len(s)
-
-    def call(name, payload, forbidden):
-        try:
-            fn = get_ipython().user_ns[name]
-            args, kwargs = pickle.loads(base64.b64decode(payload))
-            from scalelib import exercise
-            with contextlib.redirect_stdout(Sink()), exercise.forbid(*[resolve(m, q) for m, q in forbidden]):
-                out = fn(*args, **kwargs)
-            return json.dumps({"ok": plain(out)})
-        except BaseException as err:
-            return json.dumps({"err": (type(err).__name__ + ": " + str(err))[:2000]})
-
-    def value(name):
-        try:
-            return json.dumps({"ok": plain(get_ipython().user_ns[name])})
-        except BaseException as err:
-            return json.dumps({"err": (type(err).__name__ + ": " + str(err))[:2000]})
-
-    return types.SimpleNamespace(call=call, value=value)
-
-__grader__ = __grader_setup()
-del __grader_setup
-# Grading keeps text only: figures are drawn on no screen and never rendered to PNG (a third of
-# chapter 1's run); `%matplotlib inline` in the set-up cell would switch rendering back on.
-get_ipython().register_magic_function(lambda line="": None, "line", "matplotlib")
-'''
 
 
 class _Forbidden(threading.local):
@@ -200,7 +143,7 @@ def recording_forbid(*functions):
 class Remote:
     """Stands for one of the student's functions in the trusted context."""
 
-    def __init__(self, judge: "Judge", name: str):
+    def __init__(self, judge: Judge, name: str):
         self._judge, self._name = judge, name
         self.__name__ = name
 
@@ -209,7 +152,7 @@ class Remote:
             payload = base64.b64encode(pickle.dumps((_portable(args), _portable(kwargs)))).decode()
         except Exception as err:  # noqa: BLE001 - anything pickle cannot handle
             raise NotPortable(f"{self._name}: {type(err).__name__}: {err}") from None
-        code = f"__grader_out__ = __grader__.call({self._name!r}, {payload!r}, {_FORBIDDEN.current()!r})"
+        code = f"__grader_out__ = __grader__.call({self._name!r}, {payload!r}, {tuple(_FORBIDDEN.current())!r})"
         return self._judge.ask(code)
 
     def __repr__(self) -> str:
@@ -292,7 +235,7 @@ class TrustedContext:
             sink.truncate()
         self._exercise_module = exercise
 
-    def namespace_for(self, eid: str, judge: "Judge") -> dict:
+    def namespace_for(self, eid: str, judge: Judge) -> dict:
         ns = dict(self.snapshots[eid])
         ex_copy = types.ModuleType("scalelib.exercise")
         ex_copy.__dict__.update(self._exercise_module.__dict__)
@@ -348,14 +291,11 @@ class Judge:
         expr = run.expressions.get("r", {})
         if expr.get("status") != "ok":
             raise StudentError(run.error or "the kernel did not answer")
-        try:
-            reply = json.loads(pysource.literal_eval(expr["data"]["text/plain"]))
-        except (ValueError, SyntaxError, KeyError, TypeError, RecursionError, MemoryError):
-            return Opaque("unreadable reply")
+        reply = expr.get("data", {}).get("application/json") if type(expr.get("data")) is dict else None
         if type(reply) is not dict:
             return Opaque("unreadable reply")
         if "err" in reply:
-            raise StudentError(str(reply["err"]))
+            raise StudentError(str(reply["err"])[:2000])
         return decode(reply.get("ok"))
 
     def probe(self, fn):
@@ -409,4 +349,4 @@ class Judge:
         return Verdict(0.0, ex_.points, False, msg, out, in_kernel=True, seconds=secs)
 
 
-__all__ = ["TrustedContext", "Judge", "Verdict", "KERNEL_HELPER", "Opaque", "decode", "math"]
+__all__ = ["Judge", "Opaque", "TrustedContext", "Verdict", "decode"]

@@ -6,6 +6,7 @@ Runs code with a time limit (interrupt, then kill), keeps at most ``max_output_b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -18,6 +19,8 @@ from pathlib import Path
 import zmq
 from jupyter_client.manager import KernelManager
 
+from autograder import sandbox
+
 
 class KernelDied(RuntimeError):
     pass
@@ -27,13 +30,18 @@ class KernelTimedOut(KernelDied):
     """The kernel ignored an interrupt after a time limit and was killed."""
 
 
+class ChannelBroken(KernelDied):
+    """The kernel sent a message over the size cap (the channel is closed on it) or closed its channel."""
+
+
 @dataclass
 class Limits:
     cell_timeout_s: float = 600.0
     notebook_timeout_s: float = 3600.0
     memory_mb: int = 4096
     max_output_bytes: int = 1_000_000
-    sandbox: bool = True  # False only if the OS has none (the grader warns)
+    max_reply_bytes: int = 16 * 2**20  # one message from the kernel (an answer, a probe's data); larger is refused
+    sandbox: bool = True  # False only when the instructor allowed grading without one
     cpu_s: float | None = None  # RLIMIT_CPU of the kernel; None: notebook_timeout_s x cores (see cpu_limit_s)
 
     def cpu_limit_s(self) -> int:
@@ -88,12 +96,22 @@ class KernelSession:
                "cpu_s": limits.cpu_limit_s()}
         self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
                                           connection_file=str(scratch / "kernel.json"))
-        self._log = open(log_path, "ab")  # a restarted kernel adds to the log
-        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log)
+        self._log = open(log_path, "ab")  # a restarted kernel adds to the log  # noqa: SIM115 - closed in close()
+        # Output written to the process's own stdout/stderr (fd 1 and 2) is not forwarded as cell output: ipykernel
+        # forwards it from a thread, late, under whatever cell runs *then*, so a flood would be blamed on the next
+        # cell. The sandbox keeps the first part of it for the log and drops the rest.
+        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log,
+                             extra_arguments=["--IPKernelApp.capture_fd_output=False"])
         ctx = zmq.Context()
+        # What crosses the channel is capped: a message over max_reply_bytes is refused by zmq before it is read
+        # (the connection is dropped; the monitor below sees it), and few messages wait unread.
+        ctx.setsockopt(zmq.MAXMSGSIZE, int(limits.max_reply_bytes))
+        ctx.setsockopt(zmq.RCVHWM, 16)
         self._ctx = ctx
         self.kc = self.km.client(context=ctx)
         self.kc.start_channels()
+        self._monitors = [ch.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                          for ch in (self.kc.shell_channel, self.kc.iopub_channel) if ch.socket is not None]
         try:
             self.kc.wait_for_ready(timeout=120)
         except RuntimeError as err:
@@ -110,9 +128,24 @@ class KernelSession:
     def alive(self) -> bool:
         return self.km.is_alive()
 
-    def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None) -> CellRun:
+    def _check_channels(self) -> None:
+        for mon in self._monitors:
+            if mon.poll(0):
+                self.kill()
+                raise ChannelBroken(f"the kernel sent more than {self.limits.max_reply_bytes} bytes in one message "
+                                    "(printed output or a reply), or closed its channel; stopped")
+
+    def settle(self) -> None:
+        """After an interrupt: make sure it was spent in the cell it was meant for, not in the next one."""
+        for _ in range(3):
+            if self.run("pass", timeout=10, silent=True, _settling=True).ok:
+                return
+
+    def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None,
+            _settling: bool = False) -> CellRun:
         if not self.alive():
             raise KernelDied("the kernel died")
+        self._check_channels()
         msg_id = self.kc.execute(code, silent=silent, store_history=False, allow_stdin=False,
                                  user_expressions=user_expressions or {}, stop_on_error=False)
         deadline = time.monotonic() + timeout
@@ -147,6 +180,7 @@ class KernelSession:
             except queue.Empty:
                 if reply is None and not self.alive():
                     raise KernelDied("the kernel died") from None
+                self._check_channels()
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
@@ -181,6 +215,7 @@ class KernelSession:
             except queue.Empty:
                 if not self.alive():
                     raise KernelDied("the kernel died") from None
+                self._check_channels()
                 self.kill()
                 raise KernelDied("no reply from the kernel") from None
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
@@ -191,23 +226,22 @@ class KernelSession:
             if not result.error:
                 result.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:2000]
         result.expressions = content.get("user_expressions", {}) or {}
+        if interrupted_at is not None and not _settling:
+            self.settle()
         return result
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             self.km.shutdown_kernel(now=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
     def close(self) -> None:
-        try:
+        for mon in getattr(self, "_monitors", []):
+            mon.close(linger=0)
+        with contextlib.suppress(Exception):
             self.kc.stop_channels()
-        except Exception:  # noqa: BLE001
-            pass
         self.kill()
-        try:
+        with contextlib.suppress(Exception):
             self.km.cleanup_resources()
-        except Exception:  # noqa: BLE001
-            pass
+        sandbox.remove_left_cgroup(self.scratch)
         self._log.close()
         self._ctx.destroy(linger=0)

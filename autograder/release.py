@@ -14,7 +14,7 @@ import nbformat
 
 from autograder import course, nbgrader_course
 
-_PIP_LINE = re.compile(r'^(\s*%pip install -q )"[^"]*"\s*$', re.M)
+_PIP_LINE = re.compile(r'^(\s*%pip install -q )"[^"]*"\s*$', re.MULTILINE)
 
 
 def stamp_install_source(nb, install_source: str) -> int:

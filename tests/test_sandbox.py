@@ -1,0 +1,75 @@
+"""autograder.sandbox and autograder.cgroups: what a student's kernel may use of the host, as a whole.
+
+Hostile-run finding 6 of issue #14: the memory limit holds for all of a sandbox's processes together, not per
+process; finding 7's first half: a flood written to the kernel's own stderr stays out of the grader's channels.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograder import cgroups, grade, sandbox
+
+pytestmark = [pytest.mark.grading,
+              pytest.mark.skipif(sandbox.available() != "", reason=f"no OS sandbox here: {sandbox.available()}")]
+
+FORK_FOUR = """
+import os, time
+kids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(150 * 2**20)  # each child well under the per-process limit
+        for j in range(0, len(block), 4096):
+            block[j] = 1
+        time.sleep(3)
+        os._exit(0)
+    kids.append(pid)
+print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], flush=True)
+"""
+
+
+def _sandboxed(tmp_path, code: str, **cfg) -> subprocess.CompletedProcess:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(exist_ok=True)
+    config = json.dumps({"scratch": str(scratch), **cfg})
+    return subprocess.run([sys.executable, "-m", "autograder.sandbox", config, "--", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("cgroup", [True, False], ids=["cgroup", "polling"])
+def test_the_memory_limit_holds_for_all_processes_together(tmp_path, cgroup):
+    if cgroup and cgroups.available():
+        pytest.skip(cgroups.available())
+    run = _sandboxed(tmp_path, FORK_FOUR, memory_mb=400, cgroup=cgroup)
+    assert "over the memory limit of 400 MB" in run.stderr, run.stderr
+    finished = json.loads(run.stdout.strip()).count(0) if run.stdout.strip() else 0
+    assert finished * 150 < 400  # four children of 150 MB never all ran to the end
+
+
+def test_a_stderr_flood_is_dropped_not_kept(tmp_path):
+    start = time.monotonic()
+    run = _sandboxed(tmp_path, "import os\nfor _ in range(100):\n    os.write(2, b'x' * 2**20)\nprint('done')\n",
+                     memory_mb=0)
+    assert run.stdout.strip() == "done" and time.monotonic() - start < 30
+    assert len(run.stderr) < 70_000 and "more bytes of the kernel's stderr dropped" in run.stderr
+
+
+def test_host_checks_say_what_the_sandbox_needs():
+    checks = {c.name: c for c in sandbox.host_checks()}
+    assert checks["user namespaces"].required and checks["user namespaces"].ok
+    assert not checks["memory cgroup"].required and checks["memory cgroup"].detail
+
+
+def test_no_sandbox_means_no_grading_unless_allowed(tmp_path, monkeypatch):
+    monkeypatch.setattr(sandbox, "_PROBED", "user namespaces are disabled")
+    with pytest.raises(grade.Unsandboxed, match="--allow-unsandboxed"):
+        grade.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SystemExit, match="no notebooks found"):  # allowed: it goes on (and finds nothing here)
+        grade.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True, allow_unsandboxed=True)
