@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Set up and run the course with nothing but Python 3.10+ (standard library only).
 
-    python3 course.py lab    # make .venv, install scalelib + JupyterLab, open chapters/
+    python3 course.py lab    # make .venv, install scalelib + JupyterLab, open your copies of the chapters
     python3 course.py test   # make .venv and .venv-floor, install the pinned test sets, run the whole suite
 
 `test` runs two suites one after the other and fails if either fails:
-  current: everything (unit tests, book answers, grading end to end, every solution notebook) in .venv,
-           on today's JAX (.ci/constraints.txt);
+  current: unit tests, book answers, grading end to end and every solution notebook in .venv, on
+           today's JAX (.ci/constraints.txt);
   floor:   the library tests and every solution notebook again in .venv-floor, on the lowest JAX the
-           package declares, as Colab ships it (.ci/constraints-floor.txt). Grading runs on one version.
+           package declares, as Colab ships it (.ci/constraints-floor.txt), plus every released chapter
+           run top to bottom as a student's Run All would. Grading runs on one version.
 Extra arguments after `test` go to pytest in both suites; `--suite current` or `--suite floor` (first) runs one.
 Each environment is refreshed when pyproject.toml or its constraints file changes.
+
+`lab` opens JupyterLab on work/ (not tracked by git): your own copy of each chapter, made from chapters/
+the first time and never overwritten, so `git pull` cannot clash with your answers. Each copy carries
+the language metadata this machine's kernel reports, so opening it does not mark it modified.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -43,14 +49,16 @@ class Env:
         return self.bin / ("python.exe" if os.name == "nt" else "python")
 
 
+WORK = ROOT / "work"
 CURRENT = Env("current", ROOT / ".venv", ROOT / ".ci" / "constraints.txt")
 FLOOR = Env("floor", ROOT / ".venv-floor", ROOT / ".ci" / "constraints-floor.txt")
 
 # Two workers; each file (and each notebook) stays on one worker.
 PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--nbval-lax"]
 SUITES = {
-    CURRENT.name: (CURRENT, [*PYTEST_BASE, "tests", "solutions"]),
-    # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX.
+    CURRENT.name: (CURRENT, [*PYTEST_BASE, "-m", "not student", "tests", "solutions"]),
+    # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX;
+    # the released chapters' Run All (marked `student`) runs on the JAX Colab ships.
     FLOOR.name: (FLOOR, [*PYTEST_BASE, "-m", "not grading", "tests", "solutions"]),
 }
 
@@ -84,7 +92,10 @@ def run_suite(name: str, pytest_args: list[str]) -> tuple[int, float]:
     env, args = SUITES[name]
     ensure_env(env, "test", pinned=True)
     print(f"\n=== {name} suite ({env.path.name}, {env.constraints.name}) ===", flush=True)
-    environ = dict(os.environ, PATH=f"{env.bin}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg")
+    # SCALELIB_STRICT_CHECKS: an exercise that still raises its stub fails its visible checks (see
+    # scalelib.exercise.visible_checks), so a solution notebook that reaches a stub fails CI.
+    environ = dict(os.environ, PATH=f"{env.bin}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg",
+                   SCALELIB_STRICT_CHECKS="1")
     start = time.perf_counter()
     code = subprocess.run([str(env.python), "-m", "pytest", *args, *pytest_args], cwd=ROOT, env=environ).returncode
     return code, time.perf_counter() - start
@@ -105,15 +116,52 @@ def test(argv: list[str]) -> int:
     return next((c for c, _ in results.values() if c != 0), 0)
 
 
+def kernel_language_info(env: Env) -> dict:
+    """The ``language_info`` JupyterLab writes into a notebook once this environment's kernel starts."""
+    code = "import json; from ipykernel.ipkernel import IPythonKernel as K; print(json.dumps(K.language_info))"
+    out = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def make_work_copies(language_info: dict, chapters: Path = ROOT / "chapters", work: Path = WORK) -> list[str]:
+    """Copy each chapter missing from ``work`` there; returns the chapters whose release is newer than a copy."""
+    work.mkdir(exist_ok=True)
+    newer = []
+    for src in sorted(chapters.glob("[0-9][0-9]_*.ipynb")):
+        released = hashlib.sha256(src.read_bytes()).hexdigest()
+        dst = work / src.name
+        if dst.exists():
+            try:
+                made_from = json.loads(dst.read_text())["metadata"].get("scalelib", {}).get("released_sha256")
+            except (ValueError, KeyError, TypeError):
+                made_from = None
+            if made_from != released:
+                newer.append(src.stem)
+            continue
+        nb = json.loads(src.read_text())
+        nb["metadata"]["language_info"] = language_info
+        nb["metadata"].setdefault("scalelib", {})["released_sha256"] = released
+        dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    return newer
+
+
+def lab(argv: list[str]) -> None:
+    ensure_env(CURRENT, "course", pinned=False)
+    newer = make_work_copies(kernel_language_info(CURRENT))
+    if newer:
+        print(f"chapters/ has a newer release of {', '.join(newer)} than your copy in work/; your copy is kept. "
+              "To start over from the new one, rename or delete work/<chapter>.ipynb and run this again.")
+    root_flag = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers run as root
+    py = CURRENT.python
+    os.execv(str(py), [str(py), "-m", "jupyter", "lab", str(WORK), *root_flag, *argv])
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("lab", "test"):
         print(__doc__)
         return 2
     if argv[0] == "lab":
-        ensure_env(CURRENT, "course", pinned=False)
-        root_flag = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers run as root
-        py = CURRENT.python
-        os.execv(str(py), [str(py), "-m", "jupyter", "lab", str(ROOT / "chapters"), *root_flag, *argv[1:]])
+        lab(argv[1:])
     return test(argv[1:])
 
 

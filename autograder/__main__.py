@@ -14,7 +14,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rel = sub.add_parser("release", help="regenerate chapters/ from solutions/")
     rel.add_argument("chapters", nargs="*", help="chapter names (default: all)")
-    sub.add_parser("check", help="fail if chapters/ is out of date with solutions/")
+    rel.add_argument("--install-source", help="pip requirement the set-up cell installs in Colab "
+                                              "(default: pyproject's [tool.scalelib-course] install-source)")
+    chk = sub.add_parser("check", help="fail if chapters/ is out of date with solutions/")
+    chk.add_argument("--install-source", help="the install source the release used, if not pyproject's")
     gr = sub.add_parser("grade", help="grade a folder or zip of student notebooks")
     gr.add_argument("path", type=Path, help="folder or .zip of submitted notebooks")
     gr.add_argument("--chapter", required=True, help="e.g. 01_rooflines (or 01)")
@@ -44,14 +47,25 @@ def main(argv: list[str] | None = None) -> int:
     from autograder import release
 
     if args.command == "release":
+        source = course.settings().install_source if args.install_source is None else args.install_source
+        release.warn_if_unconfigured(source)
         names = [course.resolve_chapter(c) for c in args.chapters] or None
-        for path in release.release(chapters=names):
+        try:
+            written = release.release(chapters=names, install_source=source)
+        except release.ReleaseError as err:
+            print(f"release failed: {err}", file=sys.stderr)
+            return 1
+        for path in written:
             print(f"wrote {path.relative_to(course.ROOT)}")
+        release.warn_if_unconfigured(source)  # again, below the list, where it is seen
         return 0
     if args.command == "check":
-        stale = release.stale()
-        if stale:
-            print(f"chapters/ is out of date for: {', '.join(stale)}; run `python -m autograder release`", file=sys.stderr)
+        problems = release.check(install_source=args.install_source)
+        if problems:
+            for p in problems:
+                print(f"{p.chapter}: {p.reason}", file=sys.stderr)
+            print("chapters/ is out of date; run `python -m autograder release` and commit chapters/ and README.md",
+                  file=sys.stderr)
             return 1
         print(f"chapters/ is in sync with solutions/ ({len(course.chapter_names())} chapters)")
         return 0

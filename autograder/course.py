@@ -18,7 +18,7 @@ CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("write your answer here
 
 @dataclass(frozen=True)
 class Settings:
-    install_source: str  # what the Colab set-up cell pip-installs
+    install_source: str  # what the Colab set-up cell pip-installs ("": not configured)
     cell_timeout_s: int  # per-cell limit while grading
     notebook_timeout_s: int = 3600  # per-notebook limit while grading
     memory_mb: int = 6144  # address-space limit of one grading kernel (0: none)
@@ -29,14 +29,15 @@ def settings(root: Path = ROOT) -> Settings:
     data = tomllib.loads((root / "pyproject.toml").read_text())
     own = data.get("tool", {}).get("scalelib-course", {})
     try:
-        return Settings(install_source=own["install-source"], cell_timeout_s=int(own.get("cell-timeout-s", 600)),
+        return Settings(install_source=str(own["install-source"]).strip(), cell_timeout_s=int(own.get("cell-timeout-s", 600)),
                         notebook_timeout_s=int(own.get("notebook-timeout-s", 3600)),
                         memory_mb=int(own.get("memory-mb", 6144)),
                         max_output_bytes=int(own.get("max-output-bytes", 1_000_000)))
     except KeyError:
         raise SystemExit(
             "pyproject.toml has no [tool.scalelib-course] install-source; add the pip requirement the "
-            "Colab set-up cell should install, e.g. install-source = \"scalelib @ git+https://...@main\""
+            "Colab set-up cell should install, e.g. install-source = \"scalelib @ git+https://...@main\" "
+            "(or install-source = \"\" to leave it unset)"
         ) from None
 
 

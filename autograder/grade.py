@@ -47,6 +47,7 @@ from pathlib import Path
 from autograder import align, course, inkernel, sandbox, submissions
 from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
 from autograder.report import atomic_write, write_csv, write_feedback, write_manifest
+from scalelib import exercise
 
 GRADER_VERSION = "3"
 MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
@@ -265,6 +266,8 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     see :mod:`autograder.gradebook`).
     """
     settings = course.settings(root)
+    # Test cells run here: an exercise that still raises its stub fails its visible checks too.
+    os.environ[exercise.STRICT_ENV] = "1"
     why_not = sandbox.available()
     if why_not and not allow_unsandboxed:
         raise Unsandboxed(why_not)

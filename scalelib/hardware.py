@@ -228,6 +228,28 @@ def chip_flops_from_mxus(chip: Chip) -> float:
     return chip.cores_per_chip * chip.mxus_per_core * mxu_flops_per_s(chip.mxu_dim, chip.clock_hz)
 
 
+@dataclass(frozen=True)
+class CoreFigures:
+    """An accelerator the book gives only per-core figures for, not a spec-table row.
+
+    Section 9's worked profile runs on the 8 cores of a TPU v2 (a Colab ``v2-8``, 4 x 2 cores) and uses
+    two numbers: one core's bf16 peak and one axis's bidirectional ICI bandwidth. ``topology.ring_axis``
+    turns it into an axis of the collectives' cost model, as it does for a ``Chip``.
+    """
+
+    name: str
+    bf16_flops_per_s: float  # one core
+    ici_bidi_bytes_per_s: float  # one mesh axis, both directions
+    ici_hop_latency_s: float = 0.0  # the book's profile arithmetic ignores hop latency
+    torus: bool = True
+
+    @property
+    def ici_one_way_bytes_per_s(self) -> float:
+        return self.ici_bidi_bytes_per_s / 2
+
+
+TPU_V2_CORE = CoreFigures(name="TPU v2 core", bf16_flops_per_s=23e12, ici_bidi_bytes_per_s=1.2e11)
+
 CHIPS: dict[str, Chip] = {c.name: c for c in (TPU_V3, TPU_V4P, TPU_V5P, TPU_V5E, TPU_V6E, H100, H200, B200)}
 
 # Values the book uses elsewhere for the same quantity (section and reason). A chapter that

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -114,6 +114,13 @@ def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[Collec
     kinds = hlo_collectives(hlo_text, mesh_shape)
     lines = [ln for ln in hlo_text.splitlines() if _HLO_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))
+
+
+def xla_flops(fn: Callable, *args) -> float:
+    """The FLOPs XLA counts (``cost_analysis``) for ``jax.jit(fn)`` compiled for ``args`` (arrays or shapes)."""
+    import jax
+
+    return float(jax.jit(fn).lower(*args).compile().cost_analysis()["flops"])
 
 
 def compiled_hlo(jitted, *args) -> str:

@@ -97,6 +97,11 @@ def init(key: jax.Array, cfg: TransformerConfig, dtype=jnp.float32) -> Params:
     return params
 
 
+def param_shapes(cfg: TransformerConfig, dtype=jnp.float32) -> Params:
+    """The parameter pytree of ``init`` as shapes and dtypes only (``jax.ShapeDtypeStruct``); nothing is computed."""
+    return jax.eval_shape(lambda k: init(k, cfg, dtype), jax.random.key(0))
+
+
 def param_count(params: Params) -> int:
     """Number of scalars in a parameter pytree."""
     return sum(int(x.size) for x in jax.tree.leaves(params))

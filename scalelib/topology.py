@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scalelib.hardware import Chip
+from scalelib.hardware import Chip, CoreFigures
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class RingAxis:
             raise ValueError(f"hop_latency_s must be >= 0, got {self.hop_latency_s!r}")
 
 
-def ring_axis(chip: Chip, size: int, wraparound: bool = True) -> RingAxis:
-    """A standalone axis of ``size`` chips of ``chip`` (e.g. a ring the book assumes exists)."""
+def ring_axis(chip: Chip | CoreFigures, size: int, wraparound: bool = True) -> RingAxis:
+    """A standalone axis of ``size`` chips (or cores) of ``chip`` (e.g. a ring the book assumes exists)."""
     bidi = chip.ici_bidi_bytes_per_s if chip.torus else chip.ici_one_way_bytes_per_s
     return RingAxis(size, wraparound, chip.ici_one_way_bytes_per_s, bidi, chip.ici_hop_latency_s)
 

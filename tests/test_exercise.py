@@ -74,3 +74,46 @@ def test_probe_is_the_identity_in_a_notebook():
         return x + 1
 
     assert ex.probe(f) is f
+
+
+def _stub(exercise_id):
+    def answer(*args):
+        raise NotImplementedError(ex.stub_message(exercise_id))
+    return answer
+
+
+def test_visible_checks_report_an_unanswered_exercise(monkeypatch, capsys):
+    monkeypatch.delenv(ex.STRICT_ENV, raising=False)
+    ran = []
+    with ex.visible_checks("ch01-a"):
+        _stub("ch01-a")()
+        ran.append("after the stub")
+    with ex.visible_checks("ch01-b"):  # a check that needs another exercise's answer
+        _stub("ch01-a")()
+    assert ran == []
+    said = capsys.readouterr().out
+    assert "ch01-a: not answered yet" in said and "ch01-b: not checked yet" in said and "ch01-a, which" in said
+
+
+def test_visible_checks_raise_wrong_answers_other_errors_and_anything_when_strict(monkeypatch):
+    monkeypatch.delenv(ex.STRICT_ENV, raising=False)
+    with pytest.raises(ex.ExerciseError):
+        with ex.visible_checks("ch01-a"):
+            ex.check_close(1.0, 2.0, 0.01)
+    with pytest.raises(NotImplementedError, match="not supported"):  # not a stub: e.g. from a library
+        with ex.visible_checks("ch01-a"):
+            raise NotImplementedError("this op is not supported")
+    monkeypatch.setenv(ex.STRICT_ENV, "1")
+    with pytest.raises(NotImplementedError, match="ch01-a: not answered yet"):
+        with ex.visible_checks("ch01-a"):
+            _stub("ch01-a")()
+
+
+def test_unpack_and_check_equal():
+    assert ex.unpack([1, 2], 2, "pair") == (1, 2)
+    for bad in ((1, 2, 3), 5, "ab"):
+        with pytest.raises(ex.ExerciseError, match="return a tuple of 2 values"):
+            ex.unpack(bad, 2, "pair")
+    ex.check_equal((1, 2), (1, 2), "shape")
+    with pytest.raises(ex.ExerciseError, match=r"shape = \(1, 3\), expected \(1, 2\)"):
+        ex.check_equal((1, 3), (1, 2), "shape")

@@ -76,3 +76,9 @@ def test_mxu_arithmetic():
 def test_flops_per_s_rejects_unknown_dtype():
     with pytest.raises(ValueError, match="'bf16' or 'int8'"):
         hw.TPU_V5E.flops_per_s("fp8")
+
+
+def test_tpu_v2_core_figures_of_the_profiling_example():
+    # Section 9's worked profile: 23e12 bf16 FLOPs/s per core, 1.2e11 B/s per axis in both directions.
+    assert hw.TPU_V2_CORE.bf16_flops_per_s == 2.3e13 and hw.TPU_V2_CORE.ici_bidi_bytes_per_s == 1.2e11
+    assert hw.TPU_V2_CORE.ici_one_way_bytes_per_s == 6e10

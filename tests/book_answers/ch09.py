@@ -2,8 +2,8 @@
 
 The worked profile of 9.2.4 runs a Transformer on the 8 cores of a TPU v2 (a Colab v2-8), used as
 a 4 x 2 mesh: X = 4-way data parallelism over the batch, Y = 2-way model parallelism over the FFW
-hidden dim and the attention heads. scalelib.hardware has no TPU v2, so its figures are the ones
-the entries give: 23e12 FLOPs/s per core and 1.2e11 B/s bidirectional ICI. The estimates come from
+hidden dim and the attention heads. The book gives two TPU v2 figures, 23e12 FLOPs/s per core and
+1.2e11 B/s bidirectional ICI: ``hardware.TPU_V2_CORE``. The estimates come from
 ``profiling.sharded_einsum_time`` (the einsum folded into ``sharded_matmul``'s 2-D product, priced
 by ``plan_cost``); per-device FLOPs divided by one core's peak give the book's times.
 
@@ -20,17 +20,18 @@ Skipped:
   the model's layer count is not given, so there is nothing to compute it from.
 """
 
+import dataclasses
+
 from scalelib import collectives, profiling
-from scalelib.topology import RingAxis
+from scalelib.hardware import TPU_V2_CORE
+from scalelib.topology import RingAxis, ring_axis
 
 DATA_WAYS, MODEL_WAYS = 4, 2  # "4-way DP, 2-way MP" over the 8 cores
 D_MODEL, D_FF = 8192, 32768  # W_in is [8192, 32768] in the worked profile
-V2_ICI_BIDI_BYTES_PER_S = 1.2e11  # the section's TPU v2 figures (also inputs of the entries below)
-V2_CORE_FLOPS_PER_S = 23e12
 
 
-def _v2_axis(size: int, bidi_bytes_per_s: float = V2_ICI_BIDI_BYTES_PER_S) -> RingAxis:
-    return RingAxis(size, True, bidi_bytes_per_s / 2, bidi_bytes_per_s, 0.0)
+def _v2_axis(size: int, bidi_bytes_per_s: float = TPU_V2_CORE.ici_bidi_bytes_per_s) -> RingAxis:
+    return ring_axis(dataclasses.replace(TPU_V2_CORE, ici_bidi_bytes_per_s=bidi_bytes_per_s), size)
 
 
 def _mesh(cores: int = DATA_WAYS * MODEL_WAYS) -> dict:
@@ -40,7 +41,7 @@ def _mesh(cores: int = DATA_WAYS * MODEL_WAYS) -> dict:
 
 
 def _up_projection(batch: int, seq: int, d: int = D_MODEL, f: int = D_FF, cores: int = 8,
-                   peak: float = V2_CORE_FLOPS_PER_S) -> profiling.EinsumEstimate:
+                   peak: float = TPU_V2_CORE.bf16_flops_per_s) -> profiling.EinsumEstimate:
     return profiling.sharded_einsum_time("X[B_X, T, D]", "Win[D, F_Y]", {"B": batch, "T": seq, "D": d, "F": f},
                                          _mesh(cores), peak)
 
@@ -54,7 +55,7 @@ def _q_projection(i: dict) -> profiling.EinsumEstimate:
 def _down_projection_partial_bytes(i: dict) -> float:
     sizes = {"B": i["local_batch"] * DATA_WAYS, "T": i["seq"], "D": i["D"], "F": D_FF}
     est = profiling.sharded_einsum_time("Tmp[B_X, T, F_Y]", "Wout[F_Y, D]", sizes, _mesh(),
-                                        V2_CORE_FLOPS_PER_S, out="Out[B_X, T, D_Y]", dtype_bytes=i["bytes"])
+                                        TPU_V2_CORE.bf16_flops_per_s, out="Out[B_X, T, D_Y]", dtype_bytes=i["bytes"])
     (step,) = est.cost.steps  # the ReduceScatter over Y
     return step.array_bytes
 

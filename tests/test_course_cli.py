@@ -1,0 +1,32 @@
+"""course.py, the two-command entry point: work copies for JupyterLab and the two suites."""
+
+import json
+import re
+
+import course
+
+
+def test_work_copies_carry_the_kernel_language_info_and_are_never_overwritten(tmp_path):
+    chapters, work = tmp_path / "chapters", tmp_path / "work"
+    chapters.mkdir()
+    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3"}, "language_info": {"name": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    (chapters / "01_intro.ipynb").write_text(json.dumps(nb))
+    info = {"name": "python", "version": "3.12.1", "mimetype": "text/x-python"}
+    assert course.make_work_copies(info, chapters, work) == []
+    copy = json.loads((work / "01_intro.ipynb").read_text())
+    assert copy["metadata"]["language_info"] == info and copy["metadata"]["kernelspec"] == {"name": "python3"}
+
+    (work / "01_intro.ipynb").write_text((work / "01_intro.ipynb").read_text().replace('"cells": []', '"cells": [1]'))
+    nb["cells"] = [{"cell_type": "markdown", "metadata": {}, "source": "new"}]
+    (chapters / "01_intro.ipynb").write_text(json.dumps(nb))
+    assert course.make_work_copies(info, chapters, work) == ["01_intro"]  # a newer release is reported...
+    assert json.loads((work / "01_intro.ipynb").read_text())["cells"] == [1]  # ...and the student's copy kept
+
+
+def test_the_floor_suite_tests_the_lowest_jax_the_package_declares():
+    env, args = course.SUITES["floor"]
+    assert args[args.index("-m") + 1] == "not grading" and "tests" in args and "solutions" in args
+    pins = dict(line.split("==") for line in env.constraints.read_text().splitlines() if "==" in line)
+    declared = re.search(r'"jax>=([\d.]+),', (course.ROOT / "pyproject.toml").read_text()).group(1)
+    assert pins["jax"] == pins["jaxlib"] == declared
