@@ -25,10 +25,10 @@ from pathlib import Path
 from autograder import course
 
 MANIFEST = ".release.json"
-_SOURCE_LINE = re.compile(r'^(\s*SCALELIB_SOURCE = )"[^"\n]*"', re.M)
+_SOURCE_LINE = re.compile(r'^(\s*SCALELIB_SOURCE = )"[^"\n]*"', re.MULTILINE)
 _STUB_RAISE = 'raise NotImplementedError("write your answer here")'
 _GITHUB = re.compile(r"^\S+\s*@\s*git\+https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?(?:@([\w./-]+))?$")
-_TABLE = re.compile(r"(<!-- chapters:start -->\n)(.*?)(<!-- chapters:end -->)", re.S)
+_TABLE = re.compile(r"(<!-- chapters:start -->\n)(.*?)(<!-- chapters:end -->)", re.DOTALL)
 _ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(.*?)\s*\|\s*(.*?)\s*\|$")
 
 # What JupyterLab 4 writes back when it opens a notebook on a python3 kernel, and what Colab keeps: a
