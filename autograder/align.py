@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import pysource
+from autograder import pysource, surface
 
 MAX_CODE_CELLS = 400  # code cells of a submission that are read; a chapter has about 50
 MAX_CODE_CHARS = 1_000_000  # characters of code read in all
@@ -60,6 +60,8 @@ class Exercise:
     answer_source: str  # the instructor's solution, markers removed
     test_source: str  # the full instructor test cell, hidden tests included
     visible_test: str
+    title: str = ""  # the heading of its markdown cell ("Exercise 1.A: lower and upper bounds")
+    allows: frozenset[surface.Item] = frozenset()  # what of scalelib it may use (ex.allow in its test)
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Chapter:
     name: str
     cells: list[tuple[str, str, str]]  # (kind, source, exercise id); kind: setup/context/answer/test
     exercises: dict[str, Exercise]
+    devices: int = 8  # simulated devices the set-up cell asks for
 
     @property
     def max_score(self) -> float:
@@ -77,10 +80,27 @@ class Chapter:
         return {n for e in self.exercises.values() for n in e.names}
 
 
+def _title(markdown: list[str], eid: str) -> str:
+    """The heading of the last markdown cell that names ``eid`` in backticks."""
+    for text in reversed(markdown):
+        if f"`{eid}`" in text:
+            for line in text.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
 def load_chapter(path: Path) -> Chapter:
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    cells, answers, tests = [], {}, {}
+    cells: list[tuple[str, str, str]] = []
+    answers: dict[str, str] = {}
+    tests: dict[str, tuple[str, float]] = {}
+    titles: dict[str, str] = {}
+    markdown: list[str] = []
     for cell in nb["cells"]:
+        if cell.get("cell_type") == "markdown":
+            markdown.append(source_of(cell))
+            continue
         if cell.get("cell_type") != "code":
             continue
         src = source_of(cell)
@@ -89,21 +109,30 @@ def load_chapter(path: Path) -> Chapter:
         if meta.get("solution") and gid.endswith("-answer"):
             eid = gid[: -len("-answer")]
             answers[eid] = _SOLUTION_MARK.sub("", src)
+            titles[eid] = _title(markdown, eid)
             cells.append(("answer", answers[eid], eid))
         elif meta.get("grade"):
             tests[gid] = (src, float(meta.get("points", 0)))
+            titles.setdefault(gid, _title(markdown, gid))
             cells.append(("test", src, gid))
         elif gid == "setup" or "setup" in cell.get("metadata", {}).get("tags", []):
             cells.append(("setup", src, ""))
         else:
             cells.append(("context", src, ""))
+    aliases = surface.chapter_aliases(src for kind, src, _ in cells if kind in ("setup", "context"))
     exercises = {}
     for eid, (test_src, points) in tests.items():
         answer = answers.get(eid, "")
+        try:
+            allows = surface.declared(test_src, aliases)
+        except surface.SurfaceError as err:
+            raise surface.SurfaceError(f"{Path(path).name}, test of {eid}: {err}") from None
         exercises[eid] = Exercise(eid, points, tuple(sorted(defined_names(answer))), answer, test_src,
-                                  test_src.split(_HIDDEN)[0])
+                                  test_src.split(_HIDDEN)[0], titles.get(eid, ""), allows)
     name = nb.get("metadata", {}).get("scalelib", {}).get("chapter") or Path(path).stem
-    return Chapter(name, cells, exercises)
+    setup = " ".join(src for kind, src, _ in cells if kind == "setup")
+    m = re.search(r"devices\.setup\((\d+)\)", setup)
+    return Chapter(name, cells, exercises, int(m.group(1)) if m else 8)
 
 
 @dataclass

@@ -37,6 +37,13 @@ class MemoryGroup:
     def leave(self) -> None:
         (self.home / "cgroup.procs").write_text(str(os.getpid()))
 
+    def members(self) -> list[int]:
+        """The processes in the group (cheaper to read than scanning /proc)."""
+        try:
+            return [int(p) for p in self.procs.read_text().split()]
+        except (OSError, ValueError):
+            return []
+
     def oom_kills(self) -> int:
         """How many processes the OOM killer stopped in the group."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"

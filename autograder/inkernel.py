@@ -16,6 +16,8 @@ import contextlib
 import importlib
 import io
 import pickle
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -89,14 +91,108 @@ def encode(value: Any, budget: _Budget, depth: int = 0) -> Any:
     return {"opaque": t.__name__, "repr": text}
 
 
-def resolve(module: str, qualname: str) -> Any:
-    """The function object behind ``module.qualname`` (a method, classmethod, staticmethod or property too)."""
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = obj.__dict__[part] if isinstance(obj, type) else getattr(obj, part)
-    if isinstance(obj, (classmethod, staticmethod)):
-        obj = obj.__func__
-    return obj.fget if isinstance(obj, property) else obj
+class NotAvailable(LookupError):
+    """A part of scalelib (or a value made with it) that the exercise being graded does not allow."""
+
+
+class Poison:
+    """Stands for a name the kernel may not have while this exercise is graded; any use raises NotAvailable."""
+
+    def __init__(self, message: str) -> None:
+        object.__setattr__(self, "_message", message)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotAvailable(object.__getattribute__(self, "_message"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # numpy, pickle and IPython probe such names; they must fail quietly
+        raise NotAvailable(object.__getattribute__(self, "_message"))
+
+    __call__ = __getitem__ = __iter__ = __len__ = __float__ = __int__ = __index__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __setattr__ = __setitem__ = __bool__ = __array__ = _refuse
+
+    def __repr__(self) -> str:
+        return f"<not available: {object.__getattribute__(self, '_message')}>"
+
+
+class Record:
+    """A scalelib object that travelled as data (see ``autograder.transfer``): its fields, none of its methods."""
+
+    __slots__ = ("_fields", "_kind")
+
+    def __init__(self, kind: str, fields: dict[str, Any]) -> None:
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_fields", dict(fields))
+
+    def __getattr__(self, name: str) -> Any:
+        fields = object.__getattribute__(self, "_fields")
+        if name in fields:
+            return fields[name]
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        kind = object.__getattribute__(self, "_kind")
+        raise NotAvailable(f"{kind}.{name} is not available while this exercise is graded: this {kind} carries its "
+                           f"fields only ({', '.join(fields)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: the object is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Record and (self._kind, self._fields) == (other._kind, other._fields)
+
+    def __hash__(self) -> int:
+        return hash((self._kind, tuple(self._fields.items())))
+
+    def __repr__(self) -> str:
+        return f"{self._kind}({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (make_record, (self._kind, self._fields))
+
+
+def make_record(kind: str, fields: dict[str, Any]) -> Record:
+    return Record(kind, fields)
+
+
+_TUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def make_tuple(kind: str, fields: tuple[str, ...], values: tuple[Any, ...]) -> tuple:
+    """A named tuple with the same fields (a JAX pytree like the original), without the original's methods."""
+    import collections
+
+    cls = _TUPLES.get((kind, fields))
+    if cls is None:
+        cls = _TUPLES[(kind, fields)] = collections.namedtuple(kind, fields)  # type: ignore[misc]
+    return cls(*values)
+
+
+class LazyModule(types.ModuleType):
+    """A module bound by a demo cell, imported the first time it is used (most answers never touch most of them)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__dict__["_lazy_target"] = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self.__dict__["_lazy_target"]), attr)
+
+    def __repr__(self) -> str:
+        return f"<module {self.__dict__['_lazy_target']!r} (imported on first use)>"
+
+
+class _Unavailable:
+    """Last on sys.meta_path: an import of a part of scalelib the kernel does not hold says why."""
+
+    def __init__(self, allowed: str) -> None:
+        self.allowed = allowed
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.startswith("scalelib."):
+            raise ModuleNotFoundError(f"{name} is not available while this exercise is graded; it may use "
+                                      f"{self.allowed}", name=name)
 
 
 class _Sink(io.TextIOBase):
@@ -117,41 +213,62 @@ class Helper:
         except BaseException as err:  # noqa: BLE001 - the student's error, reported as theirs
             return Reply({"err": (type(err).__name__ + ": " + str(err))[:2000]})
 
-    def call(self, name: str, payload: str, forbidden: tuple[tuple[str, str], ...] = ()) -> Reply:
+    def call(self, name: str, payload: str) -> Reply:
         """Call the student's ``name`` with the grader's pickled ``(args, kwargs)``; printing is swallowed."""
 
         def run() -> Any:
             fn = self.shell.user_ns[name]
             args, kwargs = pickle.loads(base64.b64decode(payload))  # the grader's own bytes
-            off: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-            if forbidden:
-                from scalelib import exercise
-
-                off = exercise.forbid(*[resolve(m, q) for m, q in forbidden])
-            with contextlib.redirect_stdout(_Sink()), off:
+            with contextlib.redirect_stdout(_Sink()):
                 return fn(*args, **kwargs)
 
         return self._reply(run)
+
+    def bind(self, payload: str) -> Reply:
+        """Bind what the instructor's set-up and demo cells bound, as the grader sends it (see trusted.py)."""
+        ns = self.shell.user_ns
+        unreadable = []
+        for kind, name, data in pickle.loads(base64.b64decode(payload)):  # the grader's own bytes
+            if kind == "delete":
+                ns.pop(name, None)
+            elif kind == "module":
+                ns[name] = LazyModule(data)
+            elif kind == "poison":
+                ns[name] = Poison(data)
+            else:
+                try:
+                    ns[name] = pickle.loads(data)
+                except Exception as err:  # noqa: BLE001 - stays unusable, and says why
+                    ns[name] = Poison(f"{name} could not be recreated in this kernel ({type(err).__name__}: {err})")
+                    unreadable.append(name)
+        return Reply({"ok": unreadable})
 
     def value(self, name: str) -> Reply:
         return self._reply(lambda: self.shell.user_ns[name])
 
 
-def install(shell: Any, max_reply_bytes: int) -> Helper:
-    """Set the kernel up for grading and return the helper."""
+def install(shell: Any, max_reply_bytes: int, allowed: str = "") -> Helper:
+    """Set the kernel up for grading and return the helper. ``allowed`` says what of scalelib the kernel holds."""
+    sys.meta_path.append(_Unavailable(allowed or "nothing of scalelib"))
+    # Records (see make_record) are pickled by the grader as autograder.inkernel.make_record: resolve them here.
+    here = types.ModuleType("autograder.inkernel")
+    here.__dict__.update({k: v for k, v in globals().items() if not k.startswith("__")})
+    sys.modules.setdefault("autograder", types.ModuleType("autograder"))
+    sys.modules["autograder.inkernel"] = here
     # Grading keeps text only: figures are drawn on no screen and never rendered to PNG; `%matplotlib inline`
     # in a cell would switch rendering back on.
     shell.register_magic_function(lambda line="": None, "line", "matplotlib")
     return Helper(shell, max_reply_bytes)
 
 
-def program(max_reply_bytes: int) -> str:
+def program(max_reply_bytes: int, allowed: str = "") -> str:
     """The cell that installs the helper in a fresh kernel as ``__grader__`` (this module's source, run there)."""
     source = Path(__file__).read_text(encoding="utf-8")
-    return (f"__grader_ns = {{'__name__': 'autograder_inkernel'}}\n"
+    return (f"__grader_ns = {{'__name__': 'autograder.inkernel'}}\n"
             f"exec(compile({source!r}, 'autograder/inkernel.py', 'exec'), __grader_ns)\n"
-            f"__grader__ = __grader_ns['install'](get_ipython(), {int(max_reply_bytes)})\n"
+            f"__grader__ = __grader_ns['install'](get_ipython(), {int(max_reply_bytes)}, {allowed!r})\n"
             "del __grader_ns\n")
 
 
-__all__ = ["Helper", "Reply", "encode", "install", "program"]
+__all__ = ["Helper", "LazyModule", "NotAvailable", "Poison", "Record", "Reply", "encode", "install", "make_record",
+           "make_tuple", "program"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import zmq
 from jupyter_client.manager import KernelManager
 
-from autograder import sandbox
+from autograder import inkernel, sandbox
 
 
 class KernelDied(RuntimeError):
@@ -74,33 +74,48 @@ class _SandboxedKernelManager(KernelManager):
         return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
 
 
-def kernel_env(scratch: Path) -> dict[str, str]:
-    """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel."""
+def kernel_env(scratch: Path, devices: int = 8) -> dict[str, str]:
+    """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel. JAX gets the
+    chapter's number of simulated devices whenever it starts (no instructor set-up cell runs in the kernel)."""
     s = str(scratch)
     return {
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={int(devices)}",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": s, "IPYTHONDIR": f"{s}/.ipython", "MPLCONFIGDIR": f"{s}/.mpl", "XDG_CACHE_HOME": f"{s}/.cache",
         "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",
         "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TMPDIR": "/tmp",
-        "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see judge.KERNEL_HELPER)
+        "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see inkernel.install)
     }
 
 
 class KernelSession:
-    def __init__(self, scratch: Path, limits: Limits, log_path: Path):
-        self.scratch, self.limits = scratch, limits
+    """One sandboxed kernel with the grader's helper installed (``__grader__``).
+
+    ``library``: the scalelib folder this kernel gets instead of the real one (:meth:`surface.Surface.write`);
+    ``allowed`` says in words what it holds (for error messages inside the kernel).
+    """
+
+    def __init__(self, scratch: Path, limits: Limits, log_path: Path, library: Path | None = None,
+                 allowed: str = "", devices: int = 8):
+        self.scratch, self.limits, self.log_path = scratch, limits, log_path
         self.output_bytes = 0
         self.output: list[str] = []
+        self.started = time.monotonic()
         scratch.mkdir(parents=True, exist_ok=True)
-        cfg = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
-               "cpu_s": limits.cpu_limit_s()}
+        cfg: dict = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
+                     "cpu_s": limits.cpu_limit_s()}
+        if library is not None and limits.sandbox:
+            from autograder import surface
+
+            target = str(surface.library_root())
+            cfg.update(library=str(library), library_target=target, hide=sandbox.stray_libraries(target))
         self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
                                           connection_file=str(scratch / "kernel.json"))
         self._log = open(log_path, "ab")  # a restarted kernel adds to the log  # noqa: SIM115 - closed in close()
         # Output written to the process's own stdout/stderr (fd 1 and 2) is not forwarded as cell output: ipykernel
         # forwards it from a thread, late, under whatever cell runs *then*, so a flood would be blamed on the next
         # cell. The sandbox keeps the first part of it for the log and drops the rest.
-        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log,
+        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch, devices), stdout=subprocess.DEVNULL, stderr=self._log,
                              extra_arguments=["--IPKernelApp.capture_fd_output=False"])
         ctx = zmq.Context()
         # What crosses the channel is capped: a message over max_reply_bytes is refused by zmq before it is read
@@ -114,9 +129,13 @@ class KernelSession:
                           for ch in (self.kc.shell_channel, self.kc.iopub_channel) if ch.socket is not None]
         try:
             self.kc.wait_for_ready(timeout=120)
-        except RuntimeError as err:
+            helper = self.run(inkernel.program(limits.max_reply_bytes, allowed), timeout=60, silent=True)
+        except (RuntimeError, KernelDied) as err:
             self.close()
             raise KernelDied(f"kernel did not start: {err}; {self.log_tail()}") from None
+        if not helper.ok:
+            self.close()
+            raise KernelDied(f"the grader's helper did not start in the kernel: {helper.error}")
 
     def log_tail(self) -> str:
         try:
@@ -131,6 +150,10 @@ class KernelSession:
     def _check_channels(self) -> None:
         for mon in self._monitors:
             if mon.poll(0):
+                for _ in range(10):  # a kernel that died closes its channels too: say that instead
+                    if not self.alive():
+                        raise KernelDied("the kernel died")
+                    time.sleep(0.05)
                 self.kill()
                 raise ChannelBroken(f"the kernel sent more than {self.limits.max_reply_bytes} bytes in one message "
                                     "(printed output or a reply), or closed its channel; stopped")

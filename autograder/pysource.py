@@ -26,6 +26,14 @@ def literal_eval(text: str):
         return ast.literal_eval(text)
 
 
+def transform(src: str) -> str:
+    """A notebook cell (IPython syntax) as plain Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    with _LOCK:
+        return TransformerManager().transform_cell(src)
+
+
 def notebook_code(src: str, filename: str) -> types.CodeType:
     """A notebook cell (IPython syntax, magics included) compiled to a code object."""
     from IPython.core.inputtransformer2 import TransformerManager

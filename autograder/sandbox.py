@@ -90,8 +90,8 @@ def _submounts(target: str) -> list[str]:
     return out
 
 
-def _bind(src: str, new_root: str, writable: bool) -> None:
-    target = new_root + src
+def _bind(src: str, new_root: str, writable: bool, at: str | None = None) -> None:
+    target = new_root + (at or src)
     if os.path.isdir(src):
         os.makedirs(target, exist_ok=True)
     else:
@@ -107,19 +107,50 @@ def _bind(src: str, new_root: str, writable: bool) -> None:
                     raise
 
 
-def read_only_paths() -> list[str]:
-    """What a kernel needs to start: system folders, the interpreter, the environment, scalelib."""
+def read_only_paths(library: bool = True) -> list[str]:
+    """What a kernel needs to start: system folders, the interpreter, the environment (and scalelib, unless a
+    kernel gets a library of its own: see :mod:`autograder.surface`)."""
     import importlib.util
 
     paths = {"/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc", "/opt"}
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
         paths.add(os.path.realpath(p))
     spec = importlib.util.find_spec("scalelib")
-    if spec and spec.origin:
+    if library and spec and spec.origin:
         paths.add(os.path.dirname(os.path.realpath(spec.origin)))
     out = sorted(p for p in paths if os.path.exists(p))
     # drop paths already inside another one
     return [p for p in out if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in out)]
+
+
+_STRAYS: list[str] | None = None
+
+
+def stray_libraries(target: str) -> list[str]:
+    """Copies of scalelib other than ``target`` that a sandbox would see through its read-only folders (another
+    Python's site-packages, a folder a ``.pth`` file adds): the sandbox hides them. Cached per process."""
+    global _STRAYS
+    if _STRAYS is None:
+        import glob
+
+        found: set[str] = set()
+        sites: set[str] = set()
+        for root in read_only_paths(library=False):
+            for prefix in (root, f"{root}/local", *glob.glob(f"{root}/*/")):
+                sites |= set(glob.glob(f"{prefix.rstrip('/')}/lib*/python*/*-packages"))
+                sites |= set(glob.glob(f"{prefix.rstrip('/')}/lib/python3/dist-packages"))
+        extra: set[str] = set()
+        for site in sites:
+            for pth in glob.glob(f"{site}/*.pth"):
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    extra |= {line.strip() for line in Path(pth).read_text().splitlines()
+                              if line.strip().startswith("/") and os.path.isdir(line.strip())}
+        for folder in sites | extra:
+            candidate = os.path.realpath(os.path.join(folder, "scalelib"))
+            if os.path.isfile(os.path.join(candidate, "__init__.py")) and candidate != os.path.realpath(target):
+                found.add(candidate)
+        _STRAYS = sorted(found)
+    return list(_STRAYS)
 
 
 def _limits(cfg: dict) -> None:
@@ -145,8 +176,13 @@ def _enter(cfg: dict, new_root: str) -> None:
     # are bound on top of it rather than hidden by it.
     os.makedirs(new_root + "/tmp", exist_ok=True)
     _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
-    for p in cfg.get("read_only") or read_only_paths():
+    library = cfg.get("library")
+    for p in cfg.get("read_only") or read_only_paths(library=not library):
         _bind(p, new_root, writable=False)
+    if library:  # this kernel's scalelib, where the real one would be (which is not bound at all)
+        _bind(os.path.realpath(library), new_root, writable=False, at=cfg["library_target"])
+    for p in cfg.get("hide", []):  # other copies of scalelib under the bound folders
+        _mount("tmpfs", new_root + p, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
     _bind("/dev", new_root, writable=False)  # null, zero, urandom; binding keeps nodev as it is
     if os.path.isdir(new_root + "/dev/shm"):
         _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
@@ -296,17 +332,19 @@ class _StderrTap:
 
 
 def _watch(pid: int, max_procs: int, memory_bytes: int | None, tap: _StderrTap | None,
-           poll_s: float = 0.1) -> int | None:
+           group: cgroups.MemoryGroup | None = None, poll_s: float = 0.1) -> int | None:
     """Wait for the sandbox's PID 1; kill it (and with it its whole namespace) past ``max_procs`` processes, or,
     where no memory cgroup limits the sandbox, past ``memory_bytes`` of resident memory in all its processes.
 
     RLIMIT_NPROC cannot cap processes: it is not enforced for a grader run as root, and counts the grader's
-    own threads otherwise. A fork bomb is stopped within one poll.
+    own threads otherwise. A fork bomb is stopped within one poll (the sandbox's memory cgroup lists its
+    processes; without one, /proc is scanned for the PID namespace).
     """
     try:
         ns = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
         ns = ""
+    killed = False
     while True:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -316,15 +354,17 @@ def _watch(pid: int, max_procs: int, memory_bytes: int | None, tap: _StderrTap |
             continue
         if done:
             return status
-        members = _namespace_members(ns) if ns else []
-        why = ""
-        if len(members) > max_procs:
-            why = f"more than {max_procs} processes"
-        elif memory_bytes and _resident_bytes(members) > memory_bytes:
-            why = f"over the memory limit of {memory_bytes // 2**20} MB (all its processes together)"
-        if why:
-            print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
-            os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills every process in it
+        if not killed:
+            members = group.members() if group is not None else (_namespace_members(ns) if ns else [])
+            why = ""
+            if len(members) > max_procs + (1 if group is not None else 0):  # the launcher may be in the group
+                why = f"more than {max_procs} processes"
+            elif memory_bytes and _resident_bytes(members) > memory_bytes:
+                why = f"over the memory limit of {memory_bytes // 2**20} MB (all its processes together)"
+            if why:
+                print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
+                os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills every process in it
+                killed = True
         if tap is not None:
             tap.drain(poll_s)
         else:
@@ -375,7 +415,7 @@ def main(argv: list[str]) -> int:
             kept = True  # this launcher stays in the group; the grader removes it after the launcher exits
     tap = _StderrTap(read_end)
     memory_bytes = None if group is not None else int(cfg.get("memory_mb") or 0) * 2**20 or None
-    status = _watch(pid, int(cfg.get("max_procs", 128)), memory_bytes, tap)
+    status = _watch(pid, int(cfg.get("max_procs", 128)), memory_bytes, tap, group)
     tap.close()
     if group is not None:
         if group.oom_kills():

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from autograder import course, grade
-from tests.notebook_answers import answered
+from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
 
@@ -37,12 +37,14 @@ def graded(tmp_path_factory):
     shutil.copy(course.CHAPTERS / f"{CHAPTER}.ipynb", subs / "bob" / f"{CHAPTER}.ipynb")  # untouched
     nbformat.write(_answered(wrong=True), subs / "carol.ipynb")
     (subs / "dave.ipynb").write_text("{ this is not json")
+    nbformat.write(delegating(CHAPTER), subs / "delegator.ipynb")
+    nbformat.write(delegating(CHAPTER), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
     archive = tmp / "subs.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for p in subs.rglob("*.ipynb"):
             zf.write(p, p.relative_to(subs))
     out = tmp / "out"
-    results = {r.student: r for r in grade.grade(archive, CHAPTER, out)}
+    results = {r.student: r for r in grade.grade(archive, CHAPTER, out, unrestricted=frozenset({"delegator_open"}))}
     rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
     return results, rows, out
 
@@ -123,12 +125,10 @@ def test_regrading_keeps_a_manual_score_and_flags_it(graded):
         assert gb.find_grade(WRONG, CHAPTER, CHAPTER, "alice").auto_score == results["alice"].exercises[WRONG]
 
 
-def test_kernel_helper_resolves_forbidden_methods_of_every_kind():
-    """ex.forbid(...) inside a test names functions by module and qualname; the kernel must find the
-    function object behind a plain method, a classmethod, a staticmethod and a property."""
-    import types
+def test_answers_that_delegate_to_the_library_earn_nothing(graded):
+    """Chapter 1's part of the delegation proof (the other chapters' is in test_grading_chapters.py)."""
+    results, rows, _ = graded
+    assert not {e: v for e, v in results["delegator"].exercises.items() if v}
+    assert "not available while this exercise is graded" in results["delegator"].messages["ch01-roofline-bounds"]
+    assert results["delegator_open"].score == results["delegator_open"].max_score
 
-    from autograder.inkernel import resolve
-
-    for qualname in ("Sharding.from_spec", "Sharding.local_shape"):
-        assert isinstance(resolve("scalelib.sharding", qualname), types.FunctionType), qualname

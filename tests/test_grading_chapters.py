@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from autograder import course, grade
-from tests.notebook_answers import answered
+from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
 
@@ -31,7 +31,10 @@ def graded(request, tmp_path_factory):
     shutil.copy(course.CHAPTERS / f"{chapter}.ipynb", subs / "bob" / f"{chapter}.ipynb")  # untouched
     if chapter in HOSTILE:
         nbformat.write(answered(chapter, lambda gid, src: HOSTILE[chapter].get(gid, src)), subs / "mallory.ipynb")
-    return chapter, {r.student: r for r in grade.grade(subs, chapter, tmp / "out")}
+    nbformat.write(delegating(chapter), subs / "delegator.ipynb")
+    nbformat.write(delegating(chapter), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
+    results = grade.grade(subs, chapter, tmp / "out", unrestricted=frozenset({"delegator_open"}))
+    return chapter, {r.student: r for r in results}
 
 
 # Answers that are wrong in value, written by someone who also disables the assertion helpers in their
@@ -99,8 +102,9 @@ def test_untouched_notebook_scores_zero(graded):
 
 
 def test_every_exercise_is_judged_in_the_grader(graded):
+    """No test hands the student's function something that cannot be sent, or outside its surface."""
     chapter, results = graded
-    assert results["alice"].in_kernel == (), chapter
+    assert "could not be judged" not in results["alice"].detail, (chapter, results["alice"].detail)
 
 
 def test_wrong_answers_with_patched_helpers_earn_nothing(graded):
@@ -112,3 +116,21 @@ def test_wrong_answers_with_patched_helpers_earn_nothing(graded):
         eid = gid[: -len("-answer")]
         assert mallory.exercises[eid] == 0, (eid, mallory.messages.get(eid))
     assert mallory.score == results["alice"].score - sum(results["alice"].exercises[g[:-7]] for g in HOSTILE[chapter])
+
+
+def test_answers_that_delegate_to_the_library_earn_nothing(graded):
+    """Each answer calls the scalelib function its test (or the chapter's demo) uses for the same quantity. Its
+    kernel holds only what the exercise declares, so every one of them must score 0."""
+    chapter, results = graded
+    d = results["delegator"]
+    assert len(d.exercises) == exercise_count(chapter)
+    scored = {e: (v, d.messages.get(e)) for e, v in d.exercises.items() if v}
+    assert not scored, (chapter, scored)
+
+
+def test_the_delegating_answers_do_compute_the_answers(graded):
+    """The same notebook graded with all of scalelib reachable earns full marks: each delegation is right, so the
+    zeros above come from the library being out of reach, not from a broken answer."""
+    chapter, results = graded
+    o = results["delegator_open"]
+    assert o.score == o.max_score, (chapter, {e: o.messages.get(e) for e, v in o.exercises.items() if not v})

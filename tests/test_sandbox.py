@@ -73,3 +73,43 @@ def test_no_sandbox_means_no_grading_unless_allowed(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit, match="no notebooks found"):  # allowed: it goes on (and finds nothing here)
         grade.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True, allow_unsandboxed=True)
+
+
+def test_a_restricted_kernel_holds_only_its_part_of_scalelib(tmp_path):
+    """The structural half of 'answers that cannot delegate': walk the kernel's whole file system; the only
+    scalelib files are the reduced modules of its surface, and nothing anywhere is named like another module."""
+    from autograder import surface
+    from autograder.kernel import KernelSession, Limits
+
+    allowed = surface.closure([surface.Item("scalelib.hardware", "Chip")])
+    library = allowed.write(tmp_path / "lib")
+    session = KernelSession(tmp_path / "scratch", Limits(memory_mb=0), tmp_path / "kernel.log", library=library,
+                            allowed=allowed.describe())
+    try:
+        walk = session.run("""
+import os, importlib
+found, scalelib_files = [], []
+for top in [d for d in os.listdir("/") if d not in ("proc", "sys", "dev")]:
+    for folder, dirs, files in os.walk("/" + top):
+        for f in files:
+            if f.split(".")[0] in ("roofline", "collectives", "sharding", "transformer", "ring_collectives"):
+                try:
+                    if b"scalelib" in open(os.path.join(folder, f), "rb").read():  # not jax's own sharding.py
+                        found.append(os.path.join(folder, f))
+                except OSError:
+                    pass
+        if os.path.basename(folder) == "scalelib":
+            scalelib_files += [os.path.join(folder, f) for f in files]
+import scalelib.hardware as h
+print(sorted(found), sorted(os.path.basename(p) for p in scalelib_files), hasattr(h, "Chip"))
+try:
+    importlib.import_module("scalelib.roofline")
+except ModuleNotFoundError as err:
+    print(err)
+""", timeout=120)
+        assert walk.ok, walk.error
+        listing, refusal = "".join(session.output).strip().splitlines()[-2:]
+    finally:
+        session.close()
+    assert listing.strip() == "[] ['__init__.py', 'hardware.py'] True", listing
+    assert "not available while this exercise is graded" in refusal
