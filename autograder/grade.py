@@ -37,7 +37,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograder import align, course, report, results, sandbox, submissions, surface
+from autograder import align, course, report, results, sandbox, shards, submissions, surface
 from autograder.kernel import Limits
 from autograder.pool import Flavour, KernelPool
 from autograder.results import Status, StudentResult
@@ -109,17 +109,26 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
           workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
           notebook_timeout_s: float | None = None, memory_mb: int | None = None,
           max_output_bytes: int | None = None, quiet: bool = False,
-          nbgrader_dir: Path | None = None, allow_unsandboxed: bool = False,
+          nbgrader_dir: Path | None = None, allow_unsandboxed: bool = False, shard: tuple[int, int] | None = None,
+          lms: str | None = None, lms_assignment: str | None = None,
           unrestricted: frozenset[str] = frozenset()) -> list[StudentResult]:
     """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student.
 
     The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
-    see :mod:`autograder.gradebook`). ``unrestricted``: students whose kernels get all of scalelib; only for
-    tests that prove a delegating answer would pass if it could reach the library (never for a class).
+    see :mod:`autograder.gradebook`), except in a shard: ``shard=(K, N)`` grades only the students whose id
+    hashes to K of N (:func:`autograder.shards.shard_of`) and leaves the gradebook to ``merge``.
+    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv).
+    ``unrestricted``: students whose kernels get all of scalelib; only for tests that prove a delegating answer
+    would pass if it could reach the library (never for a class).
     """
     settings = course.settings(root)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
     os.environ[exercise.STRICT_ENV] = "1"
+    if lms not in (None, "canvas"):
+        raise SystemExit(f"--lms takes 'canvas', got {lms!r} (grades_long.csv is written for any other system)")
+    if lms == "canvas" and roster is None:
+        raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
+                         "roster has (columns id, sis_id, login; see README)")
     why_not = sandbox.available()
     if why_not and not allow_unsandboxed:
         raise Unsandboxed(why_not)
@@ -139,6 +148,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     for sub in ("feedback", "results", "logs"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     ch = align.load_chapter(solution)
+    marker = shards.Marker(chapter, shard or (0, 1), GRADER_VERSION, solution_hash, limits.sandbox)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster)
@@ -149,22 +159,17 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         if not mapping.chosen and not mapping.missing:
             raise SystemExit(f"no notebooks found in {source}" +
                              (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
-        # nbgrader's course folder is made while the kernels run (it needs no results)
-        from autograder import gradebook
-
-        book_dir, book_error = Path(nbgrader_dir or out_dir / "nbgrader"), []
-
-        def prepare_gradebook() -> None:
-            try:
-                gradebook.prepare(book_dir, chapter, root / "solutions")
-            except Exception as err:  # noqa: BLE001 - reported after grading; results are on disk first
-                book_error.append(err)
-
-        book_thread = threading.Thread(target=prepare_gradebook, name="gradebook", daemon=True)
-        book_thread.start()
+        mine = sorted(s for s in set(mapping.chosen) | set(mapping.missing) if marker.owns(s))
+        shards.write_marker(out_dir, marker, mine, complete=False)
+        book = None if shard else _Gradebook(Path(nbgrader_dir or out_dir / "nbgrader"), chapter, root / "solutions")
         done: dict[str, StudentResult] = {}
         todo = []
-        for student, cand in sorted(mapping.chosen.items()):
+        for student in mine:
+            cand = mapping.chosen.get(student)
+            if cand is None:
+                done[student] = StudentResult(student, Status.MISSING, 0.0, ch.max_score,
+                                              dict.fromkeys(ch.exercises, 0.0), 0.0, "no submission")
+                continue
             fp = fingerprint(solution_hash, cand.path)
             previous = results.load(out_dir / "results" / f"{submissions.file_stem(student)}.json")
             if previous and not force and previous.fingerprint == fp:
@@ -174,26 +179,48 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 todo.append((student, cand, fp))
         if todo:
             _grade_all(ch, todo, work, out_dir, limits, workers, done, say, unrestricted)
-        for student in mapping.missing:
-            done[student] = StudentResult(student, Status.MISSING, 0.0, ch.max_score,
-                                          dict.fromkeys(ch.exercises, 0.0), 0.0, "no submission")
         ordered = [done[s] for s in sorted(done)]
         for r in ordered:
-            page = out_dir / "feedback" / f"{submissions.file_stem(r.student)}.html"
+            stem = submissions.file_stem(r.student)
+            report.atomic_write(out_dir / "results" / f"{stem}.json", r.to_json())
+            page = out_dir / "feedback" / f"{stem}.html"
             if not page.exists():
                 report.write_feedback(page, chapter, r, ch)
-        report.write_csv(out_dir / "grades.csv", chapter, ordered, list(ch.exercises))
-        report.write_manifest(out_dir / "submissions.csv", mapping)
-        book_thread.join()
-        if book_error:
-            raise RuntimeError(f"could not prepare the nbgrader gradebook in {book_dir}: {book_error[0]}") from book_error[0]
-        db = gradebook.record(book_dir.resolve(), chapter, ordered)
-        say(f"nbgrader gradebook: {db} (`nbgrader export` / `nbgrader formgrader` in {db.parent})")
+        report.write_class(out_dir, ch, ordered, mapping, submissions.read_roster(roster) if roster else None,
+                           lms, lms_assignment)
+        if book is not None:
+            say(f"nbgrader gradebook: {book.finish(ordered)} (`nbgrader export` / `nbgrader formgrader` there)")
+        shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
             say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
             for name, why in mapping.unmatched:
                 say(f"  {name}: {why}")
     return ordered
+
+
+class _Gradebook:
+    """nbgrader's course folder, made in a thread while the kernels run (it needs no results), then filled."""
+
+    def __init__(self, folder: Path, chapter: str, solutions: Path) -> None:
+        from autograder import gradebook
+
+        self.folder, self.chapter, self.errors = folder, chapter, list[BaseException]()
+        self._gradebook = gradebook
+
+        def prepare() -> None:
+            try:
+                gradebook.prepare(folder, chapter, solutions)
+            except Exception as err:  # noqa: BLE001 - reported after grading; results are on disk first
+                self.errors.append(err)
+
+        self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
+        self._thread.start()
+
+    def finish(self, ordered: list[StudentResult]) -> Path:
+        self._thread.join()
+        if self.errors:
+            raise RuntimeError(f"could not prepare the nbgrader gradebook in {self.folder}: {self.errors[0]}")
+        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered)
 
 
 def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,

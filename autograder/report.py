@@ -40,6 +40,57 @@ def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_i
     atomic_write(path, buf.getvalue())
 
 
+def write_long_csv(path: Path, chapter: str, results: list[StudentResult], ch: align.Chapter) -> None:
+    """One row per student and exercise, for any system that imports scores: student, chapter, exercise, title,
+    points, max_points, status."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["student", "chapter", "exercise", "title", "points", "max_points", "status"])
+    for r in results:
+        for eid, ex in ch.exercises.items():
+            writer.writerow([r.student, chapter, eid, ex.title, f"{r.exercises.get(eid, 0.0):g}", f"{ex.points:g}",
+                             str(r.status)])
+    atomic_write(path, buf.getvalue())
+
+
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+
+
+def write_canvas_csv(path: Path, chapter: str, results: list[StudentResult], roster: list[dict[str, str]],
+                     max_score: float, assignment: str | None = None) -> None:
+    """A file Canvas's gradebook import accepts: its five identity columns, then one column for this chapter's
+    assignment ("Name (assignment id)" matches an existing assignment; a bare name creates one), a "Points
+    Possible" row, and one row per roster student in roster order, with the same total as grades.csv (0 for a
+    missing notebook). Students not on the roster are left out: Canvas could not match them."""
+    by_student = {r.student: r for r in results}
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow([*CANVAS_COLUMNS, assignment or chapter])
+    writer.writerow(["Points Possible", "", "", "", "", f"{max_score:g}"])
+    for row in roster:
+        r = by_student.get(row["student"])
+        writer.writerow([row.get("name") or row["student"], row.get("id", ""), row.get("sis_id", ""),
+                         row.get("login", ""), row.get("section", ""), "" if r is None else f"{r.score:g}"])
+    atomic_write(path, buf.getvalue())
+
+
+def write_class(out_dir: Path, ch: align.Chapter, results: list[StudentResult], mapping: submissions.Mapping | None,
+                roster: list[dict[str, str]] | None, lms: str | None, assignment: str | None,
+                manifest: bytes | None = None) -> None:
+    """Every whole-class file: grades.csv, grades_long.csv, submissions.csv (from ``mapping``, or ``manifest`` as
+    it was written), and canvas.csv for ``lms="canvas"``."""
+    write_csv(out_dir / "grades.csv", ch.name, results, list(ch.exercises))
+    write_long_csv(out_dir / "grades_long.csv", ch.name, results, ch)
+    if mapping is not None:
+        write_manifest(out_dir / "submissions.csv", mapping)
+    elif manifest is not None:
+        atomic_write(out_dir / "submissions.csv", manifest.decode("utf-8"))
+    if lms == "canvas":
+        if roster is None:
+            raise SystemExit("--lms canvas needs --roster")
+        write_canvas_csv(out_dir / "canvas.csv", ch.name, results, roster, ch.max_score, assignment)
+
+
 def write_manifest(path: Path, mapping: submissions.Mapping) -> None:
     buf = io.StringIO()
     writer = csv.writer(buf)
