@@ -132,3 +132,25 @@ def test_answers_that_delegate_to_the_library_earn_nothing(graded):
     assert "not available while this exercise is graded" in results["delegator"].messages["ch01-roofline-bounds"]
     assert results["delegator_open"].score == results["delegator_open"].max_score
 
+
+
+def test_feedback_a_student_understands(graded):
+    """Issue #10: each exercise by title and id; "all checks passed"; a failure's own message; never a line of a
+    hidden test; pages a web server can read."""
+    import html
+
+    from autograder import align
+
+    results, rows, out = graded
+    ch = align.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
+    alice, carol = ((out / "feedback" / f"{s}.html").read_text() for s in ("alice", "carol"))
+    for eid, ex in ch.exercises.items():
+        assert ex.title.startswith("Exercise 1.") and f"{html.escape(ex.title)}<br>" in alice and eid in alice
+    assert alice.count("all checks passed") == len(ch.exercises)
+    assert carol.count("all checks passed") == len(ch.exercises) - 1 and "critical batch = " in carol
+    hidden = {line.strip() for ex in ch.exercises.values()
+              for line in ex.test_source.split("### BEGIN HIDDEN TESTS", 1)[1].splitlines() if len(line.strip()) > 12}
+    for page in (out / "feedback").glob("*.html"):
+        text = page.read_text()
+        assert not [line for line in hidden if line in text], page.name
+        assert page.stat().st_mode & 0o777 == 0o644, page.name

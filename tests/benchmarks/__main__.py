@@ -6,9 +6,9 @@ Prints, side by side in one run:
 * each training scheme's step time against the single-device step (small model);
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
-* with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
-  sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
-  overhead against the notebook's own execution time.
+* with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
+  against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
+* with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def nbgrader_sequential_seconds(name: str, subs: Path, work: Path) -> float:
     return time.perf_counter() - start
 
 
-def grading_throughput(name: str = "01_rooflines", copies: int = 8, workers: int = 2) -> None:
+def grading_throughput(name: str = "01_rooflines", copies: int = 16, workers: int = 2) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", module="nbgrader.api")
@@ -89,8 +89,32 @@ def grading_throughput(name: str = "01_rooflines", copies: int = 8, workers: int
     print(f"{'grader':34s} {'wall (s)':>9s} {'notebooks/min':>14s}")
     print(f"{'nbgrader autograde, sequential':34s} {theirs:9.1f} {60 * copies / theirs:14.1f}")
     print(f"{f'autograder grade, {workers} workers':34s} {ours:9.1f} {60 * copies / ours:14.1f}")
-    print(f"speed-up: {theirs / ours:.2f}x;  per notebook (one worker's view): {per_nb:.1f} s, "
-          f"{per_nb - own:+.1f} s ({per_nb / own:.2f}x) over the notebook's own execution")
+    print(f"speed-up: {theirs / ours:.2f}x;  per notebook (one worker's view): {per_nb:.1f} s "
+          f"({per_nb / own:.2f}x the notebook's own execution)")
+
+
+def sharded_class(name: str = "01_rooflines", copies: int = 64, n_shards: int = 2, workers: int = 2) -> None:
+    """A class graded as ``n_shards`` shards, one after another here (on a cluster they run side by side), then
+    merged: each shard's wall time, the merge's, and what a cluster would take (slowest shard + merge)."""
+    from autograder import shards
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = Path(tmp) / "subs"
+        subs.mkdir()
+        for i in range(copies):
+            shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / f"student{i:02d}.ipynb")
+        walls = []
+        for k in range(n_shards):
+            start = time.perf_counter()
+            part = grade.grade(subs, name, Path(tmp) / f"shard-{k}", workers=workers, quiet=True, shard=(k, n_shards))
+            walls.append(time.perf_counter() - start)
+            print(f"shard {k}/{n_shards}: {len(part)} notebooks in {walls[-1]:.1f} s", flush=True)
+        start = time.perf_counter()
+        merged = shards.merge([Path(tmp) / f"shard-{k}" for k in range(n_shards)], Path(tmp) / "class")
+        merge_s = time.perf_counter() - start
+        assert len(merged) == copies and all(r.score == r.max_score for r in merged)
+    print(f"{copies} copies of {name} as {n_shards} shards ({workers} workers each): shards {sum(walls):.1f} s one "
+          f"after another, merge {merge_s:.1f} s; on {n_shards} machines: {max(walls) + merge_s:.1f} s")
 
 
 def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float, float]]:
@@ -191,11 +215,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
-    parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
-    parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
+    parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
+    parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
+    parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
     args = parser.parse_args()
+    if args.shards:
+        sharded_class(copies=args.copies or 64, n_shards=args.shards, workers=args.workers)
+        return 0
     if args.grading:
-        grading_throughput(copies=args.copies, workers=args.workers)
+        grading_throughput(copies=args.copies or 16, workers=args.workers)
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")
