@@ -380,6 +380,9 @@ def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     cmd = argv[argv.index("--") + 1:]
+    # If the grader dies (killed, out of memory), so does this launcher, and with it the kernel (PDEATHSIG too):
+    # no student code outlives the run that started it.
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _limits(cfg)
     if not cfg.get("isolate", True):
         os.execvp(cmd[0], cmd)

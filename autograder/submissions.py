@@ -238,10 +238,15 @@ def _unpack_zip(source: Path, target: Path, limits: UnpackLimits) -> Unpacked:
                 dest.unlink(missing_ok=True)
                 out.skipped.append((shown, str(err)))
                 continue
+            except (FileExistsError, NotADirectoryError, IsADirectoryError):
+                clash = f"{name.parts[0]} is both a file and a folder"
+                out.skipped.append((shown, f"clashes with another entry ({clash}), not unpacked"))
+                continue
             except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as err:
                 if dest.is_file():
                     dest.unlink(missing_ok=True)
-                out.skipped.append((shown, f"bad zip entry, not unpacked: {type(err).__name__}: {str(err)[:120]}"))
+                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+                out.skipped.append((shown, f"bad zip entry, not unpacked: {type(err).__name__}: {why[:120]}"))
                 continue
             try:
                 out.times[str(name)] = datetime(*info.date_time).timestamp()

@@ -63,3 +63,28 @@ def test_a_flood_on_the_kernels_own_stderr_is_not_blamed_on_the_next_cell(tmp_pa
     finally:
         session.close()
     assert (tmp_path / "kernel.log").stat().st_size < 200_000
+
+
+def test_no_kernel_outlives_its_grader(tmp_path):
+    """A grader killed outright (no cleanup runs) takes its sandboxes and kernels with it."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom autograder.kernel import KernelSession, Limits\n"
+            "d = Path(sys.argv[1])\nKernelSession(d / 'scratch', Limits(memory_mb=0), d / 'log')\n"
+            "print('started', flush=True)\ntime.sleep(600)\n")
+    def mine() -> list[str]:
+        return subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False).stdout.split()
+
+    grader = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert grader.stdout.readline().strip() == "started"
+        assert len(mine()) >= 2  # the sandbox launcher and the kernel
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    deadline = time.monotonic() + 10
+    while mine() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mine() == []

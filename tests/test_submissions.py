@@ -133,6 +133,6 @@ def test_a_course_sites_student_folder_names_the_same_student_as_its_flat_file_n
 def test_name_parsing():
     chapters = course.chapter_names()
     assert submissions.parse_name(Path("smith_123_456_Copy of 01_rooflines (2).ipynb"), chapters)[0::2] == ("smith", 2)
-    student, keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
+    student, _keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
     assert (student, resub, chapter) == ("bob", 3, CH)
     assert submissions.parse_name(Path("alice.ipynb"), chapters)[0] == "alice"
