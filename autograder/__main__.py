@@ -27,12 +27,14 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--workers", type=int, default=None, help="kernels side by side (default: number of cores)")
     gr.add_argument("--force", action="store_true", help="re-grade students already graded in --out")
     gr.add_argument("--cell-timeout", type=float, help="seconds per cell (default: pyproject cell-timeout-s)")
-    gr.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default: pyproject notebook-timeout-s)")
+    gr.add_argument("--notebook-timeout", type=float,
+                    help="seconds per notebook (default: pyproject notebook-timeout-s)")
     gr.add_argument("--memory-mb", type=int,
                     help="memory limit per kernel sandbox in MB, 0 for none (default: pyproject memory-mb)")
     gr.add_argument("--nbgrader-course", type=Path,
                     help="nbgrader course folder whose gradebook.db receives the grades (default: OUT/nbgrader)")
-    gr.add_argument("--max-output-bytes", type=int, help="text output kept per notebook (default: pyproject max-output-bytes)")
+    gr.add_argument("--max-output-bytes", type=int,
+                    help="text output kept per notebook (default: pyproject max-output-bytes)")
     gr.add_argument("--allow-unsandboxed", action="store_true",
                     help="grade even where no OS sandbox is available (student code then runs as you)")
     gr.add_argument("--shard", help="K/N: grade only shard K of N of the class (join the outputs with `merge`)")

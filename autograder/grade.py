@@ -134,7 +134,8 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         raise Unsandboxed(why_not)
     if why_not:
         print("\n" + "!" * 78 + f"\n!! NOT SANDBOXED (--allow-unsandboxed): {why_not}\n"
-              "!! Student code can read and write anything this user can.\n" + "!" * 78 + "\n",
+              "!! Student code can read and write anything this user can, and every answer can reach all of\n"
+              "!! scalelib (ex.allow restricts it only inside a sandbox).\n" + "!" * 78 + "\n",
               file=sys.stderr, flush=True)
     limits = Limits(cell_timeout_s=cell_timeout_s or settings.cell_timeout_s,
                     notebook_timeout_s=notebook_timeout_s or settings.notebook_timeout_s,
@@ -210,7 +211,7 @@ class _Gradebook:
         def prepare() -> None:
             try:
                 gradebook.prepare(folder, chapter, solutions)
-            except Exception as err:  # noqa: BLE001 - reported after grading; results are on disk first
+            except Exception as err:
                 self.errors.append(err)
 
         self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
@@ -243,7 +244,7 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
                 student, cand = futures[fut]
                 try:
                     res = fut.result()
-                except Exception as err:  # noqa: BLE001 - a grader bug for one student stops no one else
+                except Exception as err:
                     res = StudentResult(student, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
                                         0.0, f"grader error: {type(err).__name__}: {err}"[:300], cand.shown)
                 done[student] = res

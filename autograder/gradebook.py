@@ -104,7 +104,7 @@ def record(course_dir: Path, chapter: str, results: Iterable) -> Path:
                     c = gb.find_comment(answer, chapter, chapter, r.student)
                     why = r.messages.get(eid, "")
                     if r.status not in ("graded", "partially graded"):
-                        why = f"{r.status}: {r.detail}" if not why else why
+                        why = why if why else f"{r.status}: {r.detail}"
                     c.auto_comment = why[:2000] or None
         gb.db.commit()
     return course_dir / "gradebook.db"

@@ -86,7 +86,7 @@ def encode(value: Any, budget: _Budget, depth: int = 0) -> Any:
                     "shape": [int(n) for n in a.shape]}
     try:
         text = repr(value)[:200]
-    except BaseException:  # noqa: BLE001 - a hostile __repr__
+    except BaseException:
         text = ""
     return {"opaque": t.__name__, "repr": text}
 
@@ -105,7 +105,7 @@ class Poison:
         raise NotAvailable(object.__getattribute__(self, "_message"))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("_"):
             raise AttributeError(name)  # numpy, pickle and IPython probe such names; they must fail quietly
         raise NotAvailable(object.__getattribute__(self, "_message"))
 
@@ -130,7 +130,7 @@ class Record:
         fields = object.__getattribute__(self, "_fields")
         if name in fields:
             return fields[name]
-        if name.startswith("__") and name.endswith("__"):
+        if name.startswith("_"):
             raise AttributeError(name)
         kind = object.__getattribute__(self, "_kind")
         raise NotAvailable(f"{kind}.{name} is not available while this exercise is graded: this {kind} carries its "
@@ -165,7 +165,7 @@ def make_tuple(kind: str, fields: tuple[str, ...], values: tuple[Any, ...]) -> t
 
     cls = _TUPLES.get((kind, fields))
     if cls is None:
-        cls = _TUPLES[(kind, fields)] = collections.namedtuple(kind, fields)  # type: ignore[misc]
+        cls = _TUPLES[(kind, fields)] = collections.namedtuple(kind, fields)
     return cls(*values)
 
 
@@ -210,7 +210,7 @@ class Helper:
     def _reply(self, produce: Any) -> Reply:
         try:
             return Reply({"ok": encode(produce(), _Budget(self.max_reply_bytes))})
-        except BaseException as err:  # noqa: BLE001 - the student's error, reported as theirs
+        except BaseException as err:
             return Reply({"err": (type(err).__name__ + ": " + str(err))[:2000]})
 
     def call(self, name: str, payload: str) -> Reply:
@@ -238,7 +238,7 @@ class Helper:
             else:
                 try:
                     ns[name] = pickle.loads(data)
-                except Exception as err:  # noqa: BLE001 - stays unusable, and says why
+                except Exception as err:
                     ns[name] = Poison(f"{name} could not be recreated in this kernel ({type(err).__name__}: {err})")
                     unreadable.append(name)
         return Reply({"ok": unreadable})

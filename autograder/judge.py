@@ -60,7 +60,7 @@ class StudentError(Exception):
 class Opaque:
     """A value the kernel returned that is not plain data (never equal to anything but itself)."""
 
-    def __init__(self, kind: str, text: str = ""):
+    def __init__(self, kind: str, text: str = "") -> None:
         self.kind, self.text = kind, text[:200]
 
     def __repr__(self) -> str:
@@ -127,14 +127,14 @@ class SurfaceViolation(Exception):
 class Remote:
     """Stands for one of the student's functions in the trusted context."""
 
-    def __init__(self, judge: Judge, name: str):
+    def __init__(self, judge: Judge, name: str) -> None:
         self._judge, self._name = judge, name
         self.__name__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             data = transfer.dumps((_portable(args), _portable(kwargs)), self._judge.surface.allows)
-        except Exception as err:  # noqa: BLE001 - anything pickle cannot handle
+        except Exception as err:
             raise NotPortable(f"{self._name}: {type(err).__name__}: {err}") from None
         self._judge.check_sendable(data, self._name)
         payload = base64.b64encode(data).decode()
@@ -144,7 +144,7 @@ class Remote:
         return f"<student function {self._name}>"
 
 
-def _portable(value):
+def _portable(value: Any) -> Any:
     """JAX arrays travel as numpy arrays; tracers and functions do not travel at all."""
     if isinstance(value, (list, tuple)):
         return type(value)(_portable(v) for v in value) if type(value) in (list, tuple) else value
@@ -175,7 +175,7 @@ class Judge:
     """Judges one student's exercises against their live kernel session."""
 
     def __init__(self, context: TrustedContext, session: KernelSession, surface: Surface, call_timeout_s: float,
-                 deadline: float):
+                 deadline: float) -> None:
         self.context, self.session, self.surface = context, session, surface
         self.call_timeout_s, self.deadline = call_timeout_s, deadline
         self._out: list[str] = []
@@ -262,7 +262,7 @@ class Judge:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                exec(pysource.notebook_code(ex_.test_source, f"<test {eid}>"), ns)  # noqa: S102 - instructor code
+                exec(pysource.notebook_code(ex_.test_source, f"<test {eid}>"), ns)
         except NotPortable as err:
             return verdict(f"this test cannot be judged: it sends something that cannot be sent to your kernel ({err});"
                            " the instructor must put that part of the test in an @ex.probe helper", True)
@@ -272,7 +272,7 @@ class Judge:
             raise
         except CallTimeout as err:
             return verdict(f"TimeoutError: {err}")
-        except Exception as err:  # noqa: BLE001 - any failure is a failed test
+        except Exception as err:
             if isinstance(err, StudentError):
                 return verdict(f"your function raised {err}")
             return verdict(f"{type(err).__name__}: {err}")

@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import zmq
 from jupyter_client.manager import KernelManager
@@ -65,11 +66,11 @@ class CellRun:
 
 
 class _SandboxedKernelManager(KernelManager):
-    def __init__(self, sandbox_cfg: dict, **kw):
+    def __init__(self, sandbox_cfg: dict, **kw: Any) -> None:
         super().__init__(**kw)
         self._sandbox_cfg = sandbox_cfg
 
-    def format_kernel_cmd(self, extra_arguments=None):
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
         return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
 
@@ -96,7 +97,7 @@ class KernelSession:
     """
 
     def __init__(self, scratch: Path, limits: Limits, log_path: Path, library: Path | None = None,
-                 allowed: str = "", devices: int = 8):
+                 allowed: str = "", devices: int = 8) -> None:
         self.scratch, self.limits, self.log_path = scratch, limits, log_path
         self.output_bytes = 0
         self.output: list[str] = []
@@ -115,7 +116,8 @@ class KernelSession:
         # Output written to the process's own stdout/stderr (fd 1 and 2) is not forwarded as cell output: ipykernel
         # forwards it from a thread, late, under whatever cell runs *then*, so a flood would be blamed on the next
         # cell. The sandbox keeps the first part of it for the log and drops the rest.
-        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch, devices), stdout=subprocess.DEVNULL, stderr=self._log,
+        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch, devices), stdout=subprocess.DEVNULL,
+                             stderr=self._log,
                              extra_arguments=["--IPKernelApp.capture_fd_output=False"])
         ctx = zmq.Context()
         # What crosses the channel is capped: a message over max_reply_bytes is refused by zmq before it is read
@@ -228,7 +230,8 @@ class KernelSession:
                     self.output.append(text)
                 elif not result.output_capped:
                     result.output_capped, result.ok = True, False
-                    result.error = result.error or f"OutputLimit: more than {self.limits.max_output_bytes} bytes of output"
+                    cap = self.limits.max_output_bytes
+                    result.error = result.error or f"OutputLimit: more than {cap} bytes of output"
                     if interrupted_at is None and reply is None:
                         interrupted_at = time.monotonic()
                         self.km.interrupt_kernel()

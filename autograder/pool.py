@@ -31,7 +31,7 @@ class Flavour:
 
 class KernelPool:
     def __init__(self, limits: Limits, scratch: Path, logs: Path, flavours: dict[str, Flavour], ahead: int,
-                 starters: int = 1):
+                 starters: int = 1) -> None:
         self.limits, self.scratch, self.logs, self.flavours = limits, scratch, logs, flavours
         self.ahead = max(0, ahead)
         self._wanted: deque[str] = deque()

@@ -111,7 +111,8 @@ body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 60rem; 
 h1 { font-size: 1.4rem; margin-bottom: .2rem; } .sub { color: #555; margin-top: 0; }
 .score { font-size: 1.2rem; } table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
 th, td { border-bottom: 1px solid #ddd; padding: .5rem .6rem; text-align: left; vertical-align: top; }
-th { background: #f5f5f5; } .pts { white-space: nowrap; } .id { color: #666; font-family: monospace; font-size: .85rem; }
+th { background: #f5f5f5; } .pts { white-space: nowrap; }
+.id { color: #666; font-family: monospace; font-size: .85rem; }
 .ok { color: #1a7f37; font-weight: 600; } .bad { color: #b42318; font-weight: 600; } .skip { color: #8a6d00; }
 pre { white-space: pre-wrap; margin: .3rem 0 0; font-size: .85rem; background: #fafafa; padding: .4rem; }
 """

@@ -69,7 +69,7 @@ def read(folder: Path) -> Shard | str:
     """A shard's output folder, or why it cannot be used."""
     try:
         data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        marker = Marker(data["chapter"], tuple(data["shard"]), data["grader_version"],  # type: ignore[arg-type]
+        marker = Marker(data["chapter"], (int(data["shard"][0]), int(data["shard"][1])), data["grader_version"],
                         data["solution_hash"], bool(data["sandboxed"]))
         return Shard(folder, marker, list(data["students"]), bool(data["complete"]))
     except FileNotFoundError:
@@ -126,7 +126,8 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
                     raise MergeError(f"{s.folder}: the result of {student} is missing or unreadable")
                 continue
             done[student] = r
-            for sub, name in (("results", f"{stem}.json"), ("feedback", f"{stem}.html"), ("logs", f"{stem}.kernel.log")):
+            files = (("results", f"{stem}.json"), ("feedback", f"{stem}.html"), ("logs", f"{stem}.kernel.log"))
+            for sub, name in files:
                 if (s.folder / sub / name).exists():
                     shutil.copyfile(s.folder / sub / name, out_dir / sub / name)
     manifests = {(s.folder / "submissions.csv").read_bytes() for s in usable if (s.folder / "submissions.csv").exists()}

@@ -232,8 +232,9 @@ def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, de
                 out.note(f"restarted without {culprit}")
         finally:
             if session is not None:
-                if session.output_bytes > shared.limits.max_output_bytes and not any("printed" in p for p in out.problems):
-                    out.note(f"output over {shared.limits.max_output_bytes} bytes was cut")
+                cap = shared.limits.max_output_bytes
+                if session.output_bytes > cap and not any("printed" in p for p in out.problems):
+                    out.note(f"output over {cap} bytes was cut")
                 _close(session, student_log)
 
 

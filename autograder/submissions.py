@@ -226,7 +226,8 @@ def _unpack_zip(source: Path, target: Path, limits: UnpackLimits) -> Unpacked:
                 continue
             room = limits.max_total_bytes - total
             if info.file_size > room:
-                out.skipped.append((shown, f"too large: the export would unpack to more than {limits.max_total_bytes} bytes"))
+                why = f"too large: the export would unpack to more than {limits.max_total_bytes} bytes"
+                out.skipped.append((shown, why))
                 continue
             dest = target / name
             try:
@@ -242,7 +243,8 @@ def _unpack_zip(source: Path, target: Path, limits: UnpackLimits) -> Unpacked:
                 clash = f"{name.parts[0]} is both a file and a folder"
                 out.skipped.append((shown, f"clashes with another entry ({clash}), not unpacked"))
                 continue
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as err:
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+                    NotImplementedError) as err:
                 if dest.is_file():
                     dest.unlink(missing_ok=True)
                 why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
@@ -354,12 +356,14 @@ def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, rost
         student, keys, resub, name_chapter = parse_name(rel, chapters)
         own_chapter, invalid = notebook_chapter(path, limits.max_file_bytes)
         cand = Candidate(path, shown, unpacked.times.get(shown, path.stat().st_mtime), resub, keys, student,
-                         own_chapter or name_chapter, "notebook" if own_chapter else ("file name" if name_chapter else ""),
+                         own_chapter or name_chapter,
+                         "notebook" if own_chapter else ("file name" if name_chapter else ""),
                          invalid)
         if rows is not None:
             hits = _roster_match(keys, exact, folded)
             if len(hits) != 1:
-                out.unmatched.append((shown, "matches no roster student" if not hits else f"matches several: {', '.join(hits)}"))
+                why = "matches no roster student" if not hits else f"matches several: {', '.join(hits)}"
+                out.unmatched.append((shown, why))
                 continue
             sid = hits[0]
         else:

@@ -55,7 +55,7 @@ class Surface:
     def modules(self) -> set[str]:
         """Every module file the tree holds, packages included."""
         if self.unrestricted:
-            return {m for m in _all_modules()}
+            return set(_all_modules())
         mods = set(self.whole) | {m for m, _ in self.partial}
         for m in list(mods):
             parts = m.split(".")
@@ -97,12 +97,14 @@ class Surface:
         names = next((n for m, n in self.partial if m == module), frozenset())
         kept, _ = shake(module, set(names)) if names else ([], [])
         doc = ast.get_docstring(parsed(module)) or ""
-        head = (f'"""{module}, reduced by the grader to what this exercise may use: '
-                f'{", ".join(sorted(names)) or "nothing"}.\n\n{_quote(doc)}\n"""\n\n')
+        declared = sorted(str(i.name) for i in self.declared if i.module == module and i.name)
+        allowed = ", ".join(declared) or "only what other allowed parts need"
+        head = (f'"""{module}, reduced by the grader to what this exercise may use: {allowed}.\n\n'
+                f'{_quote(doc)}\n"""\n\n')
         body = "\n\n".join(ast.unparse(n) for n in kept)
-        allowed = ", ".join(sorted(names)) or "nothing"
-        tail = (f"\n\n\ndef __getattr__(name):\n    raise AttributeError(f'{module}.{{name}} is not available while this "
-                f"exercise is graded (it may use {allowed} of {module})')\n")
+        tail = ("\n\n\ndef __getattr__(name):\n"
+                f"    raise AttributeError(f'{module}.{{name}} is not available while this exercise is graded "
+                f"(it may use {allowed} of {module})')\n")
         return head + body + tail
 
 
@@ -143,7 +145,8 @@ def closure(declared: Iterable[Item]) -> Surface:
                 continue
             _, external = shake(module, set(names))
             for ext in external:
-                if ext.name is None and ext.module not in whole or ext.name is not None and ext.module not in whole and ext.name not in need.get(ext.module, set()):
+                known = ext.module in whole or (ext.name is not None and ext.name in need.get(ext.module, set()))
+                if not known:
                     work.append(ext)
                     grown = True
         if not grown and not work:

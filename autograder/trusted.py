@@ -89,7 +89,7 @@ def _binding(name: str, value: Any) -> Binding:
         return Binding(name, "unsendable", why="a figure or plot object (never sent to a kernel)")
     try:
         data = pickle.dumps(value, protocol=4)
-    except Exception as err:  # noqa: BLE001 - anything pickle refuses
+    except Exception as err:
         return Binding(name, "unsendable", why=f"a {type(value).__name__}, which cannot be sent ({type(err).__name__})")
     if len(data) > MAX_VALUE_BYTES:
         return Binding(name, "unsendable", why=f"too large to send ({len(data)} bytes)")
@@ -129,7 +129,7 @@ class _IPythonStub:
 class TrustedContext:
     """The instructor's notebook run once in the grader: snapshots before test cells, bindings of demo cells."""
 
-    def __init__(self, chapter: Chapter):
+    def __init__(self, chapter: Chapter) -> None:
         self.chapter = chapter
         self.snapshots: dict[str, dict] = {}
         self.recorded: dict[int, list[Binding]] = {}  # cell index -> what that set-up/demo cell bound
@@ -147,7 +147,7 @@ class TrustedContext:
         start = time.perf_counter()
         try:
             self._build()
-        except BaseException as err:  # noqa: BLE001 - reported to every judge
+        except BaseException as err:
             self.error = err
         finally:
             self.seconds = time.perf_counter() - start
@@ -181,8 +181,8 @@ class TrustedContext:
             try:
                 with warnings.catch_warnings(), quiet_thread():
                     warnings.simplefilter("ignore")
-                    exec(pysource.notebook_code(src, f"<instructor {kind} {eid}>"), ns)  # noqa: S102 - instructor code
-            except Exception as err:  # noqa: BLE001
+                    exec(pysource.notebook_code(src, f"<instructor {kind} {eid}>"), ns)
+            except Exception as err:
                 self.problems.append(f"{kind} cell {eid or ''}: {type(err).__name__}: {err}"[:300])
             plt.close("all")
             if kind in ("setup", "context"):

@@ -29,5 +29,11 @@ def delegating(chapter):
     """The student notebook whose every answer hands the work to scalelib (tests/delegations.py)."""
     from tests.delegations import DELEGATIONS
 
-    answers = DELEGATIONS[chapter]
-    return answered(chapter, lambda gid, src: answers[gid[: -len("-answer")]].lstrip())
+    answers = DELEGATIONS.get(chapter, {})
+
+    def delegate(gid, src):
+        eid = gid[: -len("-answer")]
+        assert eid in answers, f"tests/delegations.py has no answer for {eid} that delegates to scalelib: add one"
+        return answers[eid].lstrip()
+
+    return answered(chapter, delegate)
