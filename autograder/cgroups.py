@@ -97,6 +97,11 @@ def _candidates() -> list[tuple[int, Path]]:
     return out
 
 
+def groups_made() -> set[Path]:
+    """The memory cgroups this grader has made and not yet removed (where it makes them)."""
+    return {p for _, home in _candidates() for p in home.glob("scalelib-grader-*")}
+
+
 def create(limit_bytes: int) -> MemoryGroup | None:
     """A new memory cgroup limited to ``limit_bytes`` (swap included where the host counts it), or None."""
     for version, home in _candidates():

@@ -388,6 +388,8 @@ def main(argv: list[str]) -> int:
         os.execvp(cmd[0], cmd)
     group = _memory_group(cfg)
     if group is not None:
+        # The grader removes the group if this launcher is killed before it can (the note is read with care).
+        cgroup_note(Path(cfg["scratch"])).write_text(str(group.path))
         group.join()  # the kernel and everything it starts are counted together
     uid, gid = os.getuid(), os.getgid()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
@@ -424,10 +426,10 @@ def main(argv: list[str]) -> int:
         if group.oom_kills():
             print(f"sandbox: over the memory limit of {cfg['memory_mb']} MB (all its processes together); "
                   "the kernel's OOM killer stopped a process", file=sys.stderr, flush=True)
-        if kept:
-            Path(cfg["scratch"], CGROUP_NOTE).write_text(str(group.path))
-        else:
+        if not kept:
             group.remove()
+            with contextlib.suppress(OSError):
+                cgroup_note(Path(cfg["scratch"])).unlink()
     with contextlib.suppress(OSError):
         os.rmdir(new_root)
     if status is None:
@@ -435,16 +437,21 @@ def main(argv: list[str]) -> int:
     return os.waitstatus_to_exitcode(status) if status else 0
 
 
-CGROUP_NOTE = ".sandbox-cgroup"  # in the scratch folder: a memory cgroup for the grader to remove
+def cgroup_note(scratch: Path) -> Path:
+    """Where a launcher notes its memory cgroup until it removes it: beside the scratch folder, out of the
+    sandbox's sight."""
+    return scratch.parent / f".{scratch.name}.cgroup"
 
 
 def remove_left_cgroup(scratch: Path) -> None:
-    """Remove the memory cgroup a launcher could not leave (see main); the note is checked, it is student-writable."""
-    note = Path(scratch, CGROUP_NOTE)
+    """Remove the memory cgroup of a launcher that was killed (the grader closes kernels with SIGKILL) or could
+    not leave it (see main)."""
+    note = cgroup_note(scratch)
     with contextlib.suppress(OSError, ValueError):
         path = Path(note.read_text()[:4096]).resolve()
         if path.is_relative_to(cgroups.ROOT) and path.name.startswith("scalelib-grader-"):
             cgroups.MemoryGroup(path, 0, path.parent).remove()
+        note.unlink()
 
 
 if __name__ == "__main__":

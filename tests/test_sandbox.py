@@ -113,3 +113,19 @@ except ModuleNotFoundError as err:
         session.close()
     assert listing.strip() == "[] ['__init__.py', 'hardware.py'] True", listing
     assert "not available while this exercise is graded" in refusal
+
+
+def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
+    """The grader closes kernels with SIGKILL, so the launcher cannot tidy up: the grader removes the group."""
+    from autograder.kernel import KernelSession, Limits
+
+    if cgroups.available():
+        pytest.skip(cgroups.available())
+    before = cgroups.groups_made()
+    session = KernelSession(tmp_path / "scratch", Limits(memory_mb=2048), tmp_path / "kernel.log")
+    try:
+        assert session.run("x = 1", timeout=60).ok
+        assert cgroups.groups_made() - before  # the kernel runs in a group of its own
+    finally:
+        session.close()
+    assert not cgroups.groups_made() - before
