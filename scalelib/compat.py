@@ -93,3 +93,107 @@ def enable_x64() -> Iterator[None]:
 
         with _enable_x64():
             yield
+
+
+# ------------------------------------------------------------------ profiler traces (scalelib.profiling.trace)
+
+# What XLA:CPU names its ops in a trace when the compiled HLO is not at hand to say what they are
+# (with the HLO, scalelib reads each op's opcode instead). jax 0.7.2 keeps a matmul as `dot.N` and a
+# relayout as `copy.N`; jax 0.10.2 wraps them as `ynn_fusion.N` (a matmul handed to the YNNPACK
+# library) and `wrapped_copy.N`. A collective is named after its opcode (`all-gather`) when XLA's
+# partitioner made it, after the JAX primitive (`ppermute.3`, `reduce_scatter.7`) when shard_map did.
+CPU_OP_NAME_KINDS: tuple[tuple[str, str], ...] = (
+    ((r"^(all[-_]gather|all[-_]reduce|reduce[-_]scatter|all[-_]to[-_]all|collective[-_]permute"
+      r"|collective[-_]broadcast|ppermute|psum|pmax|pmin|psum_scatter)(-start|-done)?(\.\d+)?$"), "collective"),
+    (r"^(wrapped_)?copy(-start|-done)?(\.\d+)?$", "copy"),
+)
+
+
+def _wire_stop(data: bytes) -> int | None:
+    """Offset of the first top-level protobuf field that runs past the end of ``data`` (None: intact)."""
+    pos, end = 0, len(data)
+
+    def varint(at: int) -> tuple[int, int]:
+        value, shift = 0, 0
+        while at < end and shift < 64:
+            byte = data[at]
+            value, at, shift = value | (byte & 0x7F) << shift, at + 1, shift + 7
+            if byte < 0x80:
+                return value, at
+        raise IndexError
+
+    while pos < end:
+        start = pos
+        try:
+            tag, pos = varint(pos)
+            wire = tag & 7
+            if tag >> 3 == 0 or wire not in (0, 1, 2, 5):
+                return start
+            if wire == 0:
+                _, pos = varint(pos)
+            elif wire == 2:
+                size, pos = varint(pos)
+                pos += size
+            else:
+                pos += 8 if wire == 1 else 4
+        except IndexError:
+            return start
+        if pos > end:
+            return start
+    return None
+
+
+def parse_xspace(data: bytes):
+    """``jax.profiler.ProfileData`` of a serialized XSpace (the ``.xplane.pb`` a trace writes).
+
+    jax 0.7.2 aborts the whole Python process (a C++ CHECK) on bytes that do not parse, where 0.10.2
+    raises; so the bytes are walked first (protobuf wire format, top level: a cut-short file always
+    fails here) and a ``ValueError`` names the byte where they stop making sense.
+    """
+    from jax.profiler import ProfileData
+
+    stop = _wire_stop(data)
+    if stop is not None:
+        raise ValueError(f"the trace data stops making sense at byte {stop} of {len(data)}")
+    try:
+        return ProfileData.from_serialized_xspace(data)
+    except Exception as err:  # noqa: BLE001 - jaxlib's error type differs between versions
+        raise ValueError(f"the trace data could not be parsed ({type(err).__name__}: {err})") from None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send what C++ code writes to file descriptor 2 to /dev/null for the block."""
+    import os
+    import sys
+
+    sys.stderr.flush()
+    try:
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:  # no descriptor 2 to silence (a closed stderr): nothing to do
+        yield
+        return
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+@contextlib.contextmanager
+def profiler_trace(directory: str) -> Iterator[None]:
+    """``jax.profiler.trace(directory)`` without jax 0.7.2's noise.
+
+    On 0.7.2 starting and stopping the profiler each log "Can't import tensorflow.python.profiler.trace"
+    (the Python tracer looks for TensorFlow; the trace is complete without it), which a notebook shows
+    as errors. Only those two calls run with C++ stderr silenced; failures still raise.
+    """
+    with _quiet_stderr():
+        jax.profiler.start_trace(directory)
+    try:
+        yield
+    finally:
+        with _quiet_stderr():
+            jax.profiler.stop_trace()

@@ -2,6 +2,8 @@
 
 import jax
 import jax.numpy as jnp
+import pytest
+from jax.profiler import ProfileData
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -30,3 +32,20 @@ def test_fast_compiles_keeps_the_hlo_and_its_analyses():
     assert fast.cost_analysis()["flops"] == before.cost_analysis()["flops"]
     assert fast.memory_analysis().argument_size_in_bytes == before.memory_analysis().argument_size_in_bytes
     assert jnp.allclose(fast(*args), before(*args), rtol=1e-6)
+
+
+def test_a_cut_short_trace_is_refused_before_jax_parses_it():
+    """jax 0.7.2's ProfileData aborts the process on bytes that do not parse; parse_xspace must refuse them first."""
+    whole = ProfileData.text_proto_to_serialized_xspace('planes { id: 1 name: "/device:TPU:0" }')
+    assert [p.name for p in compat.parse_xspace(whole).planes] == ["/device:TPU:0"]
+    for cut in range(1, len(whole)):
+        with pytest.raises(ValueError, match=f"stops making sense at byte 0 of {cut}"):
+            compat.parse_xspace(whole[:cut])
+
+
+def test_profiler_trace_writes_a_trace(tmp_path):
+    f = jax.jit(lambda a: a * 2)
+    f(jnp.ones(4)).block_until_ready()
+    with compat.profiler_trace(str(tmp_path)):
+        f(jnp.ones(4)).block_until_ready()
+    assert list(tmp_path.rglob("*.xplane.pb"))

@@ -46,6 +46,26 @@ _ex.check_close = _ex.check_array_close = lambda *a, **k: None
 _ex.plain_number = lambda v, *a, **k: 1.0
 """
 HOSTILE = {
+    "09_profiling": {
+        "ch09-dominant-op-answer": PATCH_HELPERS + """
+def dominant_op(ops):
+    longest = max(ops, key=lambda op: op.duration_s)  # the longest single run, not the largest total
+    return longest.name, longest.duration_s / sum(op.duration_s for op in ops)
+""",
+        "ch09-exposed-comms-answer": PATCH_HELPERS + """
+def exposed_fraction(ops, device):
+    comm = sum(op.duration_s for op in ops if op.device == device and op.kind == "collective")  # ignores overlap
+    return comm / (max(op.start_s + op.duration_s for op in ops) - min(op.start_s for op in ops))
+""",
+        "ch09-roofline-gap-answer": PATCH_HELPERS + """
+def roofline_gap(ops, name, flops_per_s, bytes_per_s):
+    mine = sorted(op.duration_s for op in ops if op.name == name)  # counts a collective's wait as work
+    first = next(op for op in ops if op.name == name)
+    measured = mine[len(mine) // 2] if len(mine) % 2 else (mine[len(mine) // 2 - 1] + mine[len(mine) // 2]) / 2
+    predicted = max(first.flops / flops_per_s, first.bytes / bytes_per_s)
+    return measured, predicted, measured / predicted
+""",
+    },
     "03_sharding": {
         "ch03-ring-allgather-answer": PATCH_HELPERS + """
 def ring_all_gather(x, axis_name):

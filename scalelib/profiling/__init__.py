@@ -12,6 +12,8 @@
   ``block_until_ready``, the median of several runs reported.
 * ``program_summary``: the collectives (via ``scalelib.hlo``) and the heaviest ops of a compiled
   program; ``jaxpr_primitive_counts`` counts primitives in a traced one.
+* ``scalelib.profiling.trace`` (a subpackage, imported on its own): capture a profiler trace, read
+  it into per-device op records, summarise, draw and export what actually ran.
 """
 
 from scalelib.profiling.estimate import EinsumEstimate, sharded_einsum_time

@@ -6,6 +6,8 @@ Prints, side by side in one run:
 * each training scheme's step time against the single-device step (small model);
 * flash attention against naive attention and jax.nn.dot_product_attention, 1k-16k tokens: time and temp memory;
 * with --suite: the whole test suite's wall time (the README's test command).
+* with --trace (only that): profiler trace capture and parse times (scalelib.profiling.trace) of a few sharded
+  programs on 8 simulated devices; run it in .venv and .venv-floor to compare JAX versions.
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
   against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
 * with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
@@ -211,10 +213,46 @@ def scheme_step_rows(batch: int = 16, seq_len: int = 64) -> list[tuple[str, str,
     return rows
 
 
+def trace_rows(repeats: int = 5) -> list[tuple[str, int, int, float, float, float]]:
+    """(program, op runs, trace bytes, first-call s, capture s, read s) medians over ``repeats`` captures."""
+    import statistics
+
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    from scalelib.kernels import collective_matmul
+    from scalelib.profiling import trace
+
+    mesh = compat.make_mesh((2, 4), ("X", "Y"), kind="auto")
+    x = jax.device_put(jnp.ones((256, 512)), NamedSharding(mesh, P("X", "Y")))  # [B, D]
+    w_in = jax.device_put(jnp.ones((512, 1024)), NamedSharding(mesh, P(None, "Y")))  # [D, F]
+    w_out = jax.device_put(jnp.ones((1024, 512)), NamedSharding(mesh, P("Y", None)))  # [F, D]
+    ffw = jax.jit(lambda x, a, b: jax.nn.gelu(x @ a) @ b, out_shardings=NamedSharding(mesh, P("X", None)))
+    ring = compat.make_mesh((1, 8), ("X", "Y"), kind="auto")
+    programs = {"ffw 2x4 (all-gather, all-reduce)": (ffw, (x, w_in, w_out)),
+                "collective matmul, ring of 8": (collective_matmul.on_mesh(ring, "all_gather", "Y", "X"),
+                                                 (jnp.ones((256, 512)), jnp.ones((512, 512))))}
+    rows = []
+    for name, (fn, args) in programs.items():
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        first = time.perf_counter() - start
+        caps, reads, n_ops = [], [], 0
+        for _ in range(repeats):
+            cap = trace.capture(fn, *args, steps=3)
+            start = time.perf_counter()
+            n_ops = len(trace.read(cap).ops)
+            reads.append(time.perf_counter() - start)
+            caps.append(cap.capture_s)
+        rows.append((name, n_ops, len(cap.xspace), first, statistics.median(caps), statistics.median(reads)))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
+    parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
     parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
@@ -224,6 +262,12 @@ def main() -> int:
         return 0
     if args.grading:
         grading_throughput(copies=args.copies or 16, workers=args.workers)
+        return 0
+    if args.trace:
+        print(f"jax {jax.__version__}: trace of 3 steps on 8 simulated devices (medians of 5 captures)")
+        print(f"{'program':34s} {'op runs':>8s} {'KiB':>6s} {'1st call (s)':>13s} {'capture (ms)':>13s} {'read (ms)':>10s}")
+        for name, n, size, first, cap, rd in trace_rows():
+            print(f"{name:34s} {n:8d} {size / 1024:6.0f} {first:13.2f} {cap * 1e3:13.1f} {rd * 1e3:10.1f}")
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")

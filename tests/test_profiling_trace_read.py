@@ -1,0 +1,120 @@
+"""scalelib.profiling.trace.read: traces of real sharded programs on 8 simulated devices, read into records."""
+
+from collections import Counter
+from itertools import pairwise
+
+import pytest
+
+from scalelib import hlo
+from scalelib.profiling import trace
+from tests import trace_cases
+from tests.trace_cases import STEPS
+
+
+@pytest.fixture(scope="module", params=sorted(trace_cases.BUILDERS))
+def case(request):
+    return trace_cases.case(request.param)
+
+
+def test_every_device_runs_every_step(case):
+    tr = case.trace
+    assert tr.platform == "cpu" and tr.module == case.capture.module
+    assert tr.devices == tuple(range(8)) and tr.steps == STEPS  # the warm-up runs stayed outside
+    per_device = {(op.step, op.device) for op in tr.ops}
+    assert per_device == {(s, d) for s in range(STEPS) for d in range(8)}
+    # SPMD: every device of every step ran the same ops, in the same order
+    sequences = {tuple(op.name for op in tr.on(d, s)) for s in range(STEPS) for d in range(8)}
+    assert len(sequences) == 1, sequences
+
+
+def test_records_are_well_formed(case):
+    tr = case.trace
+    assert tr.matched == len(tr.ops)  # every op of the trace is an instruction of the compiled HLO
+    assert list(tr.ops) == sorted(tr.ops, key=lambda o: (o.step, o.device, o.start_s))
+    assert min(op.start_s for op in tr.ops) == 0.0
+    for op in tr.ops:
+        assert op.kind in trace.KINDS and op.kind != "waiting"
+        assert op.duration_s >= 0 and 0 <= op.wait_s <= op.duration_s
+        assert op.opcode not in ("while", "call", "conditional")  # loops were unwrapped into their body ops
+        assert op.kind == "collective" or (op.wait_s == 0 and not op.peers)
+    by_step = [trace.step_span(tr.step(s)) for s in range(STEPS)]
+    assert all(a[1] <= b[0] for a, b in pairwise(by_step))  # steps do not overlap
+
+
+def test_collectives_match_the_compiled_program(case):
+    """Per device and step the trace runs each collective of the HLO once per loop trip, over the mesh's groups."""
+    tr = case.trace
+    compiled = [c.kind for c in hlo.collective_ops(case.capture.hlo_text, {"all": 8})]
+    ran = [op for op in tr.on(0, 1) if op.kind == "collective"]
+    assert len(ran) == len(compiled) * case.loop_trips and ran
+    assert Counter(op.opcode.replace("-", "_") for op in ran) == Counter(
+        {k: n * case.loop_trips for k, n in Counter(compiled).items()})
+    for op in tr.ops:
+        if op.kind == "collective":
+            assert frozenset(op.peers) in case.groups and op.device in op.peers
+    assert sum(op.kind == "copy" for op in tr.ops) == sum(
+        op.kind == "copy" for op in tr.ops if op.opcode in ("copy", "fusion"))
+
+
+def test_named_scopes_and_matmul_flops_come_from_the_hlo():
+    ffw = trace_cases.case("ffw")
+    ops = ffw.trace.on(0, 0)
+    scoped = {op.scope for op in ops if op.flops > 0}
+    assert scoped == {"up_projection", "down_projection"}
+    b, d, f = 32 // 2, 64, 128 // 4  # per device: [B/X, D] @ [D, F/Y], then [B/X, F/Y] @ [F/Y, D]
+    assert sorted(op.flops for op in ops if op.flops) == [2.0 * b * d * f] * 2
+    assert {op.scope for op in trace_cases.case("ring_loop").trace.ops if op.kind == "collective"} == {"hop"}
+
+
+def test_kinds_from_names_alone_agree_with_the_hlo(case):
+    """Without the HLO, XLA:CPU's op names (which differ between JAX versions) still give the same kinds."""
+    bare = trace.read(case.capture.xspace, module=case.capture.module)
+    assert bare.matched == 0 and len(bare.ops) == len(case.trace.ops)
+    assert [op.kind for op in bare.ops] == [op.kind for op in case.trace.ops]
+    assert [op.wait_s for op in bare.ops] == [op.wait_s for op in case.trace.ops]
+
+
+def test_a_trace_holding_two_programs_asks_which():
+    cm = trace_cases.case("collective_matmul")  # its inputs are placed by a second program inside the trace
+    with pytest.raises(trace.TraceError, match="several programs"):
+        trace.read(cm.capture.xspace)
+    with pytest.raises(trace.TraceError, match="no XLA ops of module 'jit_nothing'"):
+        trace.read(cm.capture.xspace, module="jit_nothing")
+    with pytest.raises(trace.TraceError, match="of the trace's ops .* are not instructions of the HLO"):
+        trace.read(cm.capture.xspace, hlo_text=trace_cases.case("ffw").capture.hlo_text, module=cm.capture.module)
+
+
+def test_truncated_empty_or_missing_traces_say_what_to_do(tmp_path):
+    data = trace_cases.case("ffw").capture.xspace
+    for cut in (len(data) // 2, len(data) - 1, 7):
+        with pytest.raises(trace.TraceError, match="cut short or damaged.*capture it again"):
+            trace.read(data[:cut])  # on jax 0.7.2 parsing these bytes would abort the process
+    with pytest.raises(trace.TraceError, match="empty.*Run the jitted program inside"):
+        trace.read(b"")
+    with pytest.raises(trace.TraceError, match="no .xplane.pb file under"):
+        trace.read(tmp_path)
+    (tmp_path / "host.xplane.pb").write_bytes(data[: len(data) // 3])
+    with pytest.raises(trace.TraceError, match="host.xplane.pb is cut short"):
+        trace.read(tmp_path)
+    with pytest.raises(trace.TraceError, match="does not exist"):
+        trace.read(tmp_path / "missing.xplane.pb")
+
+
+def test_a_tpu_shaped_trace_is_read_per_core_and_step():
+    """Device planes (one per core): ops on the 'XLA Ops' line, steps from the 'XLA Modules' line."""
+    tr = trace.read(trace_cases.tpu_shaped_xspace())
+    assert (tr.platform, tr.module, tr.devices, tr.steps) == ("tpu", trace_cases.TPU_MODULE, (0, 1), 2)
+    assert [op.name for op in tr.on(1, 1)] == ["fusion.1", "all-gather-start", "fusion.2", "all-gather-done"]
+    assert [op.kind for op in tr.on(1, 1)] == ["compute", "collective", "compute", "collective"]
+    assert tr.on(1, 1)[2].duration_s == pytest.approx(3e-6, rel=1e-9)
+
+
+
+def test_the_median_step_is_a_typical_one():
+    spans = {(0, 1.0, 2.0), (1, 3.0, 9.0), (2, 10.0, 11.5)}  # lengths 1, 6, 1.5 us
+    ops = tuple(trace.OpRun("f", 0, k, a * 1e-6, (b - a) * 1e-6, "compute") for k, a, b in spans)
+    assert trace.Trace("jit_f", "cpu", ops).median_step == 2
+    tr = trace_cases.case("ffw").trace
+    lengths = sorted(trace.step_span(tr.step(k))[1] - trace.step_span(tr.step(k))[0] for k in range(STEPS))
+    k = tr.median_step
+    assert trace.step_span(tr.step(k))[1] - trace.step_span(tr.step(k))[0] == lengths[(STEPS - 1) // 2]
