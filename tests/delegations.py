@@ -627,6 +627,23 @@ def down_projection(B, T, D, F, X, Y, dtype_bytes, flops_per_s, ici_bidi_bytes_p
     (step,) = est.cost.steps
     return est.compute_s, step.array_bytes, step.time_s, est.time_s
 """,
+        "ch09-dominant-op": """
+def dominant_op(ops):
+    top = tr_mod.op_stats(tr_mod.Trace("records", "cpu", tuple(ops)))[0]
+    return top.name, top.share
+""",
+        "ch09-exposed-comms": """
+def exposed_fraction(ops, device):
+    trace = tr_mod.Trace("records", "cpu", tuple(ops))
+    return next(c for c in tr_mod.comm_overlap(trace, step=ops[0].step) if c.device == device).exposed_fraction
+""",
+        "ch09-roofline-gap": """
+def roofline_gap(ops, name, flops_per_s, bytes_per_s):
+    trace = tr_mod.Trace("records", "cpu", tuple(ops), matched=len(ops))
+    p = next(p for p in tr_mod.predicted_vs_measured(trace, machine.MeasuredRoofline(flops_per_s, bytes_per_s))
+             if p.name == name)
+    return p.measured_s, p.predicted_s, p.ratio
+""",
     },
     "10_jax": {
         "ch10-local-shape": """
