@@ -29,6 +29,7 @@ import time
 import venv
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent
 BIN_DIR = "Scripts" if os.name == "nt" else "bin"
@@ -58,19 +59,21 @@ PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--nbv
 SUITES = {
     CURRENT.name: (CURRENT, [*PYTEST_BASE, "-m", "not student", "tests", "solutions"]),
     # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX;
-    # the released chapters' Run All (marked `student`) runs on the JAX Colab ships.
-    FLOOR.name: (FLOOR, [*PYTEST_BASE, "-m", "not grading", "tests", "solutions"]),
+    # lint and type checks (marked `health`) hold for one JAX's type stubs, today's; the released
+    # chapters' Run All (marked `student`) runs on the JAX Colab ships; across processes one scheme
+    # shows the floor works there (the `sweep` of every scheme runs in the current suite).
+    FLOOR.name: (FLOOR, [*PYTEST_BASE, "-m", "not grading and not health and not sweep", "tests", "solutions"]),
 }
 
 
-def run(cmd: list, **kw) -> None:
+def run(cmd: list, **kw: Any) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
 
 
 def ensure_env(env: Env, extra: str, pinned: bool) -> None:
     """Create ``env`` and install scalelib[extra]; skip when nothing it depends on changed."""
-    if sys.version_info < (3, 10):
+    if sys.version_info < (3, 10):  # noqa: UP036  (this file runs under whatever python3 the user has)
         raise SystemExit(f"Python 3.10 or newer is needed; this is {sys.version.split()[0]}")
     inputs = [ROOT / "pyproject.toml"] + ([env.constraints] if pinned else [])
     stamp_value = hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + extra.encode()).hexdigest()

@@ -28,6 +28,12 @@ from typing import Literal, Sequence
 from scalelib.topology import RingAxis, Slice
 
 Op = Literal["all_gather", "reduce_scatter", "all_reduce", "all_to_all"]
+# The collectives' names, defined once: section 3.3's four, then every kind a compiled program holds
+# (XLA spells them with hyphens: all-gather, ..., collective-permute), and the book's spelling.
+OPS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+KINDS: tuple[str, ...] = OPS + ("collective_permute",)
+BOOK_NAMES: dict[str, str] = {"all_gather": "AllGather", "reduce_scatter": "ReduceScatter", "all_reduce": "AllReduce",
+                              "all_to_all": "AllToAll", "collective_permute": "CollectivePermute"}
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,7 @@ def _book_axis_s(op: Op, axis: RingAxis, bidirectional: bool, v_bytes: float) ->
 # ------------------------------------------------------------------ several axes
 
 def _check_op(op: str) -> None:
-    if op not in ("all_gather", "reduce_scatter", "all_reduce", "all_to_all"):
+    if op not in OPS:
         raise ValueError(f"op must be all_gather, reduce_scatter, all_reduce or all_to_all, got {op!r}")
 
 
@@ -183,22 +189,26 @@ def collective(op: Op, array_bytes: float, axes: RingAxis | Sequence[RingAxis],
                           book_s, ring_s, latency_s, step_s)
 
 
-def all_gather(array_bytes: float, axes, bidirectional: bool | None = None) -> CollectiveCost:
+def all_gather(array_bytes: float, axes: RingAxis | Sequence[RingAxis],
+               bidirectional: bool | None = None) -> CollectiveCost:
     """AllGather [A_X, B] -> [A, B]; ``array_bytes`` is the gathered array (section 3.3)."""
     return collective("all_gather", array_bytes, axes, bidirectional)
 
 
-def reduce_scatter(array_bytes: float, axes, bidirectional: bool | None = None) -> CollectiveCost:
+def reduce_scatter(array_bytes: float, axes: RingAxis | Sequence[RingAxis],
+                   bidirectional: bool | None = None) -> CollectiveCost:
     """ReduceScatter [A, B]{U_X} -> [A, B_X]; ``array_bytes`` is the unreduced input per device."""
     return collective("reduce_scatter", array_bytes, axes, bidirectional)
 
 
-def all_reduce(array_bytes: float, axes, bidirectional: bool | None = None) -> CollectiveCost:
+def all_reduce(array_bytes: float, axes: RingAxis | Sequence[RingAxis],
+               bidirectional: bool | None = None) -> CollectiveCost:
     """AllReduce [A, B]{U_X} -> [A, B], done as ReduceScatter then AllGather: twice either one."""
     return collective("all_reduce", array_bytes, axes, bidirectional)
 
 
-def all_to_all(array_bytes: float, axes, bidirectional: bool | None = None) -> CollectiveCost:
+def all_to_all(array_bytes: float, axes: RingAxis | Sequence[RingAxis],
+               bidirectional: bool | None = None) -> CollectiveCost:
     """AllToAll [A, B_X] -> [A_X, B]; ``array_bytes`` is the whole array (all shards together)."""
     return collective("all_to_all", array_bytes, axes, bidirectional)
 
@@ -227,7 +237,7 @@ class Transfer:
         return self.first_byte_s + self.bandwidth_s
 
 
-def point_to_point(sl: Slice, src, dst, num_bytes: float) -> Transfer:
+def point_to_point(sl: Slice, src: Sequence[int], dst: Sequence[int], num_bytes: float) -> Transfer:
     """Send ``num_bytes`` from chip ``src`` to chip ``dst``, split over every link pointing towards it."""
     if not (num_bytes >= 0 and math.isfinite(num_bytes)):
         raise ValueError(f"num_bytes must be a finite number >= 0, got {num_bytes!r}")
@@ -239,7 +249,7 @@ def point_to_point(sl: Slice, src, dst, num_bytes: float) -> Transfer:
     return Transfer(float(num_bytes), hops, ports, rate, hops * sl.chip.ici_hop_latency_s, num_bytes / rate)
 
 
-def receive_bound_s(sl: Slice, dst, bytes_received: float) -> float:
+def receive_bound_s(sl: Slice, dst: Sequence[int], bytes_received: float) -> float:
     """Lower bound on one chip taking in ``bytes_received``: every link it has, one way each."""
     if not (bytes_received >= 0 and math.isfinite(bytes_received)):
         raise ValueError(f"bytes_received must be a finite number >= 0, got {bytes_received!r}")
@@ -249,6 +259,6 @@ def receive_bound_s(sl: Slice, dst, bytes_received: float) -> float:
     return bytes_received / (links * sl.chip.ici_one_way_bytes_per_s)
 
 
-def gather_to_one_s(sl: Slice, dst, array_bytes: float) -> float:
+def gather_to_one_s(sl: Slice, dst: Sequence[int], array_bytes: float) -> float:
     """Copy an array spread evenly over the slice onto one chip (Exercise 2.6's ICI step)."""
     return receive_bound_s(sl, dst, array_bytes * (sl.num_chips - 1) / sl.num_chips)

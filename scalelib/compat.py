@@ -10,7 +10,7 @@ eight parallel-scheme tests fail (XLA does not combine the gradient all-reduces 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Literal, Sequence
+from typing import Any, Iterator, Literal, Sequence
 
 import jax
 
@@ -31,7 +31,8 @@ def set_cpu_device_count(n: int) -> None:
     jax.config.update("jax_num_cpu_devices", n)
 
 
-def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "explicit", devices=None) -> jax.sharding.Mesh:
+def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "explicit",
+              devices: Sequence[Any] | None = None) -> jax.sharding.Mesh:
     """A device mesh whose axis types are always given explicitly (never JAX's default)."""
     axis_type = {
         "explicit": jax.sharding.AxisType.Explicit,
@@ -44,7 +45,7 @@ def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "expl
 shard_map = jax.shard_map
 
 
-def pvary(x, axis_name):
+def pvary(x: Any, axis_name: str | tuple[str, ...]) -> Any:
     """Mark ``x`` as varying over ``axis_name`` inside ``shard_map`` (no data moves).
 
     The transpose of this cast is a psum, so a gradient taken with respect to the cast value stays
@@ -53,10 +54,11 @@ def pvary(x, axis_name):
     """
     if hasattr(jax.lax, "pcast"):
         return jax.lax.pcast(x, axis_name, to="varying")
-    return jax.lax.pvary(x, axis_name)
+    return jax.lax.pvary(x, axis_name)  # type: ignore[attr-defined]  # gone from 0.9 and from its stubs
 
 
-def all_gather_invariant(x, axis_name, *, axis: int = 0, tiled: bool = False):
+def all_gather_invariant(x: jax.Array, axis_name: str | tuple[str, ...], *, axis: int = 0,
+                         tiled: bool = False) -> jax.Array:
     """AllGather whose result is typed invariant (the same on every device) over ``axis_name``.
 
     Its transpose is a ReduceScatter to this device's shard rather than a psum. JAX 0.9 spells it
@@ -89,7 +91,7 @@ def enable_x64() -> Iterator[None]:
         with jax.enable_x64(True):
             yield
     else:
-        from jax.experimental import enable_x64 as _enable_x64
+        from jax.experimental import enable_x64 as _enable_x64  # type: ignore[attr-defined]  # moved in 0.9
 
         with _enable_x64():
             yield
@@ -143,7 +145,7 @@ def _wire_stop(data: bytes) -> int | None:
     return None
 
 
-def parse_xspace(data: bytes):
+def parse_xspace(data: bytes) -> Any:
     """``jax.profiler.ProfileData`` of a serialized XSpace (the ``.xplane.pb`` a trace writes).
 
     jax 0.7.2 aborts the whole Python process (a C++ CHECK) on bytes that do not parse, where 0.10.2
@@ -157,7 +159,7 @@ def parse_xspace(data: bytes):
         raise ValueError(f"the trace data stops making sense at byte {stop} of {len(data)}")
     try:
         return ProfileData.from_serialized_xspace(data)
-    except Exception as err:  # noqa: BLE001 - jaxlib's error type differs between versions
+    except Exception as err:  # jaxlib's error type differs between versions
         raise ValueError(f"the trace data could not be parsed ({type(err).__name__}: {err})") from None
 
 
@@ -197,3 +199,29 @@ def profiler_trace(directory: str) -> Iterator[None]:
     finally:
         with _quiet_stderr():
             jax.profiler.stop_trace()
+
+
+# ------------------------------------------------------------------ several processes (jax.distributed)
+
+# gloo (TCP) runs the CPU collectives between processes; the config name and its default ("gloo")
+# are the same across the supported range, set explicitly so a user's environment cannot switch it.
+CPU_COLLECTIVES = "gloo"
+
+# On jax 0.10.2 (0.7.2 is silent) gloo writes "[Gloo] Rank 3 is connected to 7 peer ranks. ..." straight
+# to the process's stdout (from C++, not Python) whenever it builds a communicator, i.e. on the first run
+# of each group of devices that talk. ``scalelib.launch`` drops those lines from what it forwards (it keeps
+# the pattern itself: the launcher does not import JAX, to start its processes sooner).
+
+
+def use_cpu_collectives() -> None:
+    """CPU collectives across processes over gloo (before ``jax.distributed.initialize``)."""
+    jax.config.update("jax_cpu_collectives_implementation", CPU_COLLECTIVES)
+
+
+def no_cluster_found(err: BaseException) -> bool:
+    """True if ``jax.distributed.initialize()`` (no arguments) failed only because no cluster was found.
+
+    Outside SLURM, Open MPI, Kubernetes or a Cloud TPU VM, JAX cannot guess a coordinator and raises
+    ``ValueError('coordinator_address should be defined.')`` (the same text from 0.7.2 to 0.10.2).
+    """
+    return isinstance(err, ValueError) and "coordinator_address should be defined" in str(err)

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 DEFAULT_DEVICES = 8
+_COUNT_FLAG = "xla_force_host_platform_device_count"
 
 
 class DeviceSetupError(RuntimeError):
@@ -41,7 +42,7 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
     # XLA_FLAGS covers JAX versions that read the flag at start; the config call covers the rest.
     flag = f"--xla_force_host_platform_device_count={n}"
     flags = os.environ.get("XLA_FLAGS", "")
-    if "xla_force_host_platform_device_count" not in flags:
+    if _COUNT_FLAG not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
 
     import jax
@@ -62,3 +63,23 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
             "the set-up cell first."
         )
     return DeviceInfo(platform="cpu", count=len(devices), simulated=True)
+
+
+def request_cpu_devices(n: int) -> None:
+    """Ask for exactly ``n`` CPU devices without starting JAX (so ``jax.distributed`` can start it).
+
+    Unlike ``setup``, a count already in ``XLA_FLAGS`` (inherited from a parent process that set up
+    its own devices) is replaced: each process of a multi-process run gets the count its launcher
+    gave it. Raises ``DeviceSetupError`` once JAX's backends have started.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int (number of CPU devices), got {n!r}")
+    from scalelib import compat
+
+    if compat.backends_initialized():
+        raise DeviceSetupError(
+            f"JAX has already started, so the CPU device count can no longer be set to {n}. Call "
+            "scalelib.distributed.initialize() (or request_cpu_devices) before any JAX computation.")
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if _COUNT_FLAG not in f]
+    os.environ["XLA_FLAGS"] = " ".join([*kept, f"--{_COUNT_FLAG}={n}"])
+    compat.set_cpu_device_count(n)

@@ -14,7 +14,7 @@ import os
 import random
 import re
 import types
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn, cast
 
 import numpy as np
 
@@ -28,10 +28,10 @@ class ExerciseError(AssertionError):
 def plain_number(value: object, name: str = "answer") -> float:
     """``value`` as a Python float, accepting only real numbers (not bool, not look-alikes)."""
     if type(value) in _NUMBER_TYPES:
-        out = float(value)
-    elif isinstance(value, np.generic) and type(value).__module__ == "numpy" and np.issubdtype(value.dtype, np.number):
-        out = float(value.item())
-    elif type(value) is np.ndarray and value.shape == () and np.issubdtype(value.dtype, np.number):
+        out = float(cast(float, value))
+    elif (isinstance(value, np.generic) and type(value).__module__ == "numpy"
+          and np.issubdtype(value.dtype, np.number)) \
+            or (type(value) is np.ndarray and value.shape == () and np.issubdtype(value.dtype, np.number)):
         out = float(value.item())
     elif type(value).__module__.startswith("jax") and getattr(value, "shape", None) == ():
         out = float(np.asarray(value).item())
@@ -130,7 +130,7 @@ def visible_checks(exercise_id: str) -> Iterator[None]:
             print(f"{exercise_id}: not checked yet: it uses your answer to {needed}, which is not answered yet.")
 
 
-def _disabled(*args, **kwargs):
+def _disabled(*args: object, **kwargs: object) -> NoReturn:
     # Runs with the globals of the function it replaces, so it may only use builtins.
     raise AssertionError(
         "this exercise is checked without the scalelib function it asks you to write; "

@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from scalelib.validate import non_negative
 
 Dtype = Literal["bf16", "int8"]
 
@@ -275,7 +277,8 @@ def variant(chip: Chip, field: str) -> Chip:
             f"the book gives no second value for {chip.name}.{field}; "
             f"fields with a variant for this chip: {known or 'none'}"
         )
-    return dataclasses.replace(chip, **{field: BOOK_VARIANTS[key][0]})
+    changes: dict[str, Any] = {field: BOOK_VARIANTS[key][0]}
+    return dataclasses.replace(chip, **changes)
 
 
 def get_chip(name: str) -> Chip:
@@ -285,3 +288,13 @@ def get_chip(name: str) -> Chip:
         if chip.name.lower().replace("tpu", "").replace(" ", "") == wanted:
             return chip
     raise KeyError(f"unknown chip {name!r}; known chips: {', '.join(CHIPS)}")
+
+
+def chips_to_hold(total_bytes: float, chip: Chip) -> float:
+    """Chips' worth of HBM that ``total_bytes`` fill (a fraction: 8.75 for 140 GB on v5e)."""
+    return non_negative("total_bytes", total_bytes) / chip.hbm_bytes
+
+
+def min_chips_to_hold(total_bytes: float, chip: Chip) -> int:
+    """Fewest whole chips whose HBM holds ``total_bytes`` spread evenly, at least one (sections 6.2, 8.1)."""
+    return max(1, math.ceil(chips_to_hold(total_bytes, chip) - 1e-9))

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import math
 import re
+from itertools import permutations
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-_HLO_OP = re.compile(r"\b(all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
+from scalelib.collectives import KINDS
+from scalelib.dtypes import DTYPE_BYTES as _ALL_DTYPE_BYTES
+from scalelib.dtypes import HLO_TYPES
+
+_HLO_NAMES = "|".join(k.replace("_", "-") for k in KINDS)  # all-gather|...|collective-permute
+COLLECTIVE_OP = re.compile(rf"\b({_HLO_NAMES})(?:-start)?\(")  # one collective instruction of HLO text
 _GROUPS = re.compile(r"replica_groups=(\{\{[\d,{} ]*\}\}|\[[\d,]+\]<=\[[\d,]+\](?:T\([\d,]+\))?"
                      r"|mesh\[[^\]]*\](?:,\s*device_ids=\(\[[\d,]+\](?:T\([\d,]+\))?\))?\s*\{[^}]*\})")
 
@@ -27,17 +33,21 @@ def _parse_groups(text: str, n_devices: int) -> frozenset | None:
                          for g in re.findall(r"\{([\d, ]*)\}", text[1:-1]))
     if text.startswith("["):  # iota form: [groups,size]<=[dims]T(perm)
         m = re.match(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+        if m is None:
+            return None
         shape, dims = [int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]
-        ids = np.arange(math.prod(dims)).reshape(dims)
+        iota: np.ndarray = np.arange(math.prod(dims)).reshape(dims)
         if m.group(3):
-            ids = ids.transpose([int(x) for x in m.group(3).split(",")])
-        return frozenset(frozenset(int(x) for x in row) for row in ids.reshape(shape[0], -1))
+            iota = iota.transpose([int(x) for x in m.group(3).split(",")])
+        return frozenset(frozenset(int(x) for x in row) for row in iota.reshape(shape[0], -1))
     # mesh form: mesh['a'=2,'b'=4] {'b'}, optionally with device_ids=([dims]T(perm)) renumbering
     m = re.match(r"mesh\[([^\]]*)\](?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?\s*\{([^}]*)\}", text)
-    sizes = dict((k, int(v)) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1)))
+    if m is None:
+        return None
+    sizes = {k: int(v) for k, v in re.findall(r"'(\w+)'=(\d+)", m.group(1))}
     if math.prod(sizes.values()) != n_devices:
         return None
-    ids = np.arange(n_devices)
+    ids: np.ndarray = np.arange(n_devices)
     if m.group(2):
         ids = ids.reshape([int(x) for x in m.group(2).split(",")])
         if m.group(3):
@@ -62,17 +72,15 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     matching the replica groups against each set of mesh axes (None for collective-permute,
     whose pairs are not groups, or for groups that match no set of axes).
     """
-    from itertools import permutations
-
     shape = dict(mesh_shape)
     n = math.prod(shape.values())
-    by_groups = {}
+    by_groups: dict[frozenset, tuple[str, ...]] = {}
     for r in range(len(shape), 0, -1):
         for axes in permutations(shape, r):
             by_groups.setdefault(_axis_groups(shape, axes), tuple(a for a in shape if a in axes))
     out = []
     for line in hlo_text.splitlines():
-        op = _HLO_OP.search(line)
+        op = COLLECTIVE_OP.search(line)
         if not op or "-done(" in line:
             continue
         g = _GROUPS.search(line)
@@ -81,9 +89,9 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     return tuple(out)
 
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
-                "f32": 4, "s64": 8, "u64": 8, "f64": 8}
-_RESULT = re.compile(r"=\s*(\(?[^=]*?\)?)\s+(?:all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
+# Bytes per element of each type HLO prints (scalelib.dtypes holds the numbers).
+DTYPE_BYTES: dict[str, int] = {name: int(_ALL_DTYPE_BYTES[name]) for name in HLO_TYPES}
+_RESULT = re.compile(rf"=\s*(\(?[^=]*?\)?)\s+(?:{_HLO_NAMES})(?:-start)?\(")
 _ARRAY = re.compile(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]")
 
 
@@ -112,17 +120,20 @@ def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[Collec
     """Every collective in compiled HLO text, in program order, with its axes and result bytes."""
     hlo_text = re.sub(r"/\*index=\d+\*/", "", hlo_text)  # XLA numbers long tuple types with comments
     kinds = hlo_collectives(hlo_text, mesh_shape)
-    lines = [ln for ln in hlo_text.splitlines() if _HLO_OP.search(ln) and "-done(" not in ln]
+    lines = [ln for ln in hlo_text.splitlines() if COLLECTIVE_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))
 
 
-def xla_flops(fn: Callable, *args) -> float:
+def xla_flops(fn: Callable, *args: Any) -> float:
     """The FLOPs XLA counts (``cost_analysis``) for ``jax.jit(fn)`` compiled for ``args`` (arrays or shapes)."""
     import jax
 
-    return float(jax.jit(fn).lower(*args).compile().cost_analysis()["flops"])
+    analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+    if not analysis or "flops" not in analysis:
+        raise ValueError("XLA gave no FLOP count for this program (its backend has no cost analysis)")
+    return float(analysis["flops"])
 
 
-def compiled_hlo(jitted, *args) -> str:
+def compiled_hlo(jitted: Any, *args: Any) -> str:
     """HLO text of ``jitted`` (a jax.jit function) compiled for ``args`` (arrays or ShapeDtypeStructs)."""
     return jitted.lower(*args).compile().as_text()

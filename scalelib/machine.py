@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +67,7 @@ def best_time_s(fn: Callable[[], jax.Array], repeats: int = 5) -> float:
     return best
 
 
-def measure_matmul(batch: int, d: int, dtype=jnp.float32, repeats: int = 5) -> Measurement:
+def measure_matmul(batch: int, d: int, dtype: Any = jnp.float32, repeats: int = 5) -> Measurement:
     """Time x[batch, d] @ W[d, d] on the default device."""
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, (batch, d), dtype)  # [B, D]
@@ -88,7 +88,8 @@ def measure_bandwidth(num_bytes: int = 64 * 2**20, repeats: int = 5) -> Measurem
     return Measurement(f"axpy {num_bytes / 2**20:.0f} MiB", 2.0 * n, 8.0 * n, seconds)
 
 
-def sweep_matmuls(batches: Sequence[int] = (1, 4, 16, 64, 256, 1024), d: int = 2048, repeats: int = 3) -> list[Measurement]:
+def sweep_matmuls(batches: Sequence[int] = (1, 4, 16, 64, 256, 1024), d: int = 2048,
+                  repeats: int = 3) -> list[Measurement]:
     """Matmuls of growing batch: intensity rises from ~1 to ~d/3 FLOPs/byte (float32)."""
     return [measure_matmul(b, d, repeats=repeats) for b in batches]
 

@@ -6,7 +6,7 @@ Every function draws on a matplotlib Axes (a new one if none is given) and retur
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -15,7 +15,7 @@ from scalelib import roofline
 from scalelib.hardware import Chip, Dtype
 
 
-def _axes(ax):
+def _axes(ax: Any) -> tuple[Any, Any]:
     if ax is None:
         _, ax = plt.subplots(figsize=(6.5, 4.2))
     return ax
@@ -23,7 +23,7 @@ def _axes(ax):
 
 def roofline_plot(ceilings: Sequence[tuple[str, float, float]],
                   points: Sequence[tuple[str, float, float]] = (),
-                  intensity_range: tuple[float, float] = (0.1, 1e4), ax=None):
+                  intensity_range: tuple[float, float] = (0.1, 1e4), ax: Any = None) -> tuple[Any, Any]:
     """Log-log roofline: one line per (label, flops_per_s, bytes_per_s), one dot per
     (label, intensity, achieved flops_per_s). Ridge points are marked."""
     ax = _axes(ax)
@@ -43,17 +43,17 @@ def roofline_plot(ceilings: Sequence[tuple[str, float, float]],
     return ax
 
 
-def chip_rooflines(chips: Sequence[Chip], dtype: Dtype = "bf16", ax=None):
+def chip_rooflines(chips: Sequence[Chip], dtype: Dtype = "bf16", ax: Any = None) -> tuple[Any, Any]:
     """The HBM roofline of each chip in ``chips``."""
     return roofline_plot([(c.name, c.flops_per_s(dtype), c.hbm_bytes_per_s) for c in chips], ax=ax)
 
 
-def matmul_intensity_plot(chip: Chip, d: int, f: int, batches: Sequence[int], ax=None):
+def matmul_intensity_plot(chip: Chip, d: int, f: int, batches: Sequence[int], ax: Any = None) -> tuple[Any, Any]:
     """Intensity of bf16 x[B, D] @ W[D, F] against B, with the chip's critical intensity."""
     ax = _axes(ax)
-    batches = np.asarray(batches)
-    intensity = [roofline.matmul_cost(int(b), d, f).intensity for b in batches]
-    ax.loglog(batches, intensity, label=f"matmul D={d}, F={f}")
+    bs = np.asarray(batches)
+    intensity = [roofline.matmul_cost(int(b), d, f).intensity for b in bs]
+    ax.loglog(bs, intensity, label=f"matmul D={d}, F={f}")
     ax.axhline(roofline.chip_critical_intensity(chip), ls="--", color="gray",
                label=f"{chip.name} critical intensity")
     ax.set_xlabel("batch B (tokens)")
@@ -63,7 +63,8 @@ def matmul_intensity_plot(chip: Chip, d: int, f: int, batches: Sequence[int], ax
     return ax
 
 
-def two_chip_matmul_plot(batch: int, f: int, ds: Sequence[int], flops_per_s: float, link_bytes_per_s: float, ax=None):
+def two_chip_matmul_plot(batch: int, f: int, ds: Sequence[int], flops_per_s: float, link_bytes_per_s: float,
+                         ax: Any = None) -> tuple[Any, Any]:
     """Compute and communication time of section 1's two-chip matmul as D grows."""
     ax = _axes(ax)
     times = [roofline.two_chip_contracting_matmul(batch, int(d), f, flops_per_s, link_bytes_per_s) for d in ds]

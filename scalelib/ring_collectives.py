@@ -17,23 +17,28 @@ collective ops XLA compiles a program into.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.extend.core as jex_core
 import jax.numpy as jnp
 import numpy as np
 
-from scalelib import compat
+from scalelib import compat, hlo
 
 
-def _ring(axis_name: str) -> tuple[int, jax.Array]:
-    return jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+def ring(axis_name: str) -> tuple[int, jax.Array]:
+    """(ring size N, this device's position i) along ``axis_name``, inside shard_map."""
+    try:
+        return jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
+    except NameError as err:
+        raise ValueError(f"axis {axis_name!r} is not an axis of the enclosing shard_map ({err}); "
+                         "call this inside compat.shard_map over a mesh that has that axis") from err
 
 
-def _send(x: jax.Array, axis_name: str, n: int, step: int) -> jax.Array:
-    """Every device sends ``x`` to its neighbour ``step`` (+1 or -1) along the ring."""
+def send(x: jax.Array, axis_name: str, n: int, step: int) -> jax.Array:
+    """Every device sends ``x`` to its neighbour ``step`` (+1 or -1) along the ring of ``n`` devices."""
     return jax.lax.ppermute(x, axis_name, [(j, (j + step) % n) for j in range(n)])
 
 
@@ -52,24 +57,24 @@ def _check_halves(x: jax.Array, what: str) -> int:
 
 def all_gather(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax.Array:
     """AllGather along dim 0: [S, ...] per device -> [N * S, ...], shards in device order."""
-    n, i = _ring(axis_name)
-    pieces = [None] * n  # pieces[o]: shard of device i + o, [S, ...]
+    n, i = ring(axis_name)
+    pieces: list[Any] = [None] * n  # pieces[o]: shard of device i + o, [S, ...]
     pieces[0] = x
     if not bidirectional:
         buf = x
         for k in range(1, n):
-            buf = _send(buf, axis_name, n, +1)  # now the shard of device i - k
+            buf = send(buf, axis_name, n, +1)  # now the shard of device i - k
             pieces[n - k] = buf
     else:
         right = left = x
         for k in range(1, n // 2 + 1):
             if n % 2 == 0 and k == n // 2:  # the opposite device: half from each side
                 h = _check_halves(x, "shard")
-                lo = _send(right.reshape(-1)[:h], axis_name, n, +1)
-                hi = _send(left.reshape(-1)[h:], axis_name, n, -1)
+                lo = send(right.reshape(-1)[:h], axis_name, n, +1)
+                hi = send(left.reshape(-1)[h:], axis_name, n, -1)
                 pieces[k] = jnp.concatenate([lo, hi]).reshape(x.shape)
             else:
-                right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+                right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
                 pieces[n - k], pieces[k] = right, left
     out = _by_offset(pieces, i, n)  # [N, S, ...]
     return out.reshape((n * x.shape[0],) + x.shape[1:])
@@ -87,7 +92,7 @@ def _add(block: jax.Array, part: jax.Array, which: str) -> jax.Array:
 
 def reduce_scatter(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax.Array:
     """ReduceScatter along dim 0: [N * S, ...] per device -> [S, ...], block i summed over devices."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     if x.shape[0] % n:
         raise ValueError(f"dim 0 of the input ({x.shape[0]}) must be a multiple of the ring size {n}")
     blocks = x.reshape((n, x.shape[0] // n) + x.shape[1:])  # [N, S, ...]
@@ -98,7 +103,7 @@ def reduce_scatter(x: jax.Array, axis_name: str, bidirectional: bool = False) ->
     if not bidirectional:
         acc = block(-1)  # partial sum travelling towards device i - 1, N - 1 hops away
         for k in range(1, n):
-            acc = _send(acc, axis_name, n, +1) + block(-1 - k)
+            acc = send(acc, axis_name, n, +1) + block(-1 - k)
         return acc
     if n == 1:
         return block(0)
@@ -112,7 +117,7 @@ def reduce_scatter(x: jax.Array, axis_name: str, bidirectional: bool = False) ->
         right, left = right.reshape(-1)[:h], left.reshape(-1)[h:]
         r_part, l_part = "lo", "hi"
     for k in range(1, m + 1):
-        right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+        right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
         if k < m:
             right, left = _add(block(m - k), right, r_part), _add(block(k - m), left, l_part)
             r_part = l_part = "all"
@@ -126,21 +131,21 @@ def all_reduce(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax
 
 def all_to_all(x: jax.Array, axis_name: str, bidirectional: bool = False) -> jax.Array:
     """AllToAll along dim 0: chunk j of [N * C, ...] goes to device j; chunks come back in source order."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     if x.shape[0] % n:
         raise ValueError(f"dim 0 of the input ({x.shape[0]}) must be a multiple of the ring size {n}")
     chunks = x.reshape((n, x.shape[0] // n) + x.shape[1:])  # [N, C, ...] by destination
     mine = chunks[(i + jnp.arange(n)) % n]  # [N, C, ...]: mine[o] is for device i + o
-    got = [None] * n  # got[o]: chunk that device i + o sent here
+    got: list[Any] = [None] * n  # got[o]: chunk that device i + o sent here
     got[0] = mine[0]
     right_hops, left_hops = (n // 2, (n - 1) // 2) if bidirectional else (n - 1, 0)
     right = mine[1 : right_hops + 1]  # for devices i+1 .. i+right_hops
     left = mine[::-1][: left_hops]  # for devices i-1 .. i-left_hops
     for k in range(1, right_hops + 1):
-        right = _send(right, axis_name, n, +1)  # from device i - k; its first chunk is ours
+        right = send(right, axis_name, n, +1)  # from device i - k; its first chunk is ours
         got[n - k], right = right[0], right[1:]
         if k <= left_hops:
-            left = _send(left, axis_name, n, -1)
+            left = send(left, axis_name, n, -1)
             got[k], left = left[0], left[1:]
     out = _by_offset(got, i, n)  # [N, C, ...] by source
     return out.reshape(x.shape)
@@ -150,7 +155,7 @@ OPS = {"all_gather": all_gather, "reduce_scatter": reduce_scatter,
        "all_reduce": all_reduce, "all_to_all": all_to_all}
 
 
-def on_mesh(fn, mesh: jax.sharding.Mesh, in_specs, out_specs):
+def on_mesh(fn: Callable, mesh: jax.sharding.Mesh, in_specs: Any, out_specs: Any) -> Callable:
     """``fn`` run per device over ``mesh`` (shard_map), jitted."""
     return jax.jit(compat.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs))
 
@@ -168,7 +173,7 @@ class PpermuteTrace:
     shifts: frozenset  # ring offsets used, e.g. {1, -1}
 
 
-def _sub_jaxprs(eqn):
+def _sub_jaxprs(eqn: Any) -> Iterator[Any]:
     for value in eqn.params.values():
         for v in value if isinstance(value, (tuple, list)) else (value,):
             if isinstance(v, jex_core.ClosedJaxpr):
@@ -177,9 +182,12 @@ def _sub_jaxprs(eqn):
                 yield v
 
 
-def _walk(jaxpr, in_depths: list[int], found: list) -> list[int]:
-    depth = {v: d for v, d in zip(jaxpr.invars, in_depths)}
-    get = lambda v: depth.get(v, 0) if not isinstance(v, jex_core.Literal) else 0
+def _walk(jaxpr: Any, in_depths: list[int], found: list) -> list[int]:
+    depth = dict(zip(jaxpr.invars, in_depths))
+
+    def get(v: Any) -> int:
+        return depth.get(v, 0) if not isinstance(v, jex_core.Literal) else 0
+
     for eqn in jaxpr.eqns:
         d_in = max((get(v) for v in eqn.invars), default=0)
         if eqn.primitive.name == "ppermute":
@@ -202,7 +210,7 @@ def _walk(jaxpr, in_depths: list[int], found: list) -> list[int]:
     return [get(v) for v in jaxpr.outvars]
 
 
-def trace_ppermutes(fn, *args) -> PpermuteTrace:
+def trace_ppermutes(fn: Callable, *args: Any) -> PpermuteTrace:
     """Trace ``fn(*args)`` and count its ppermutes (per device: shard_map bodies see local shapes)."""
     closed = jax.make_jaxpr(fn)(*args)
     found: list = []
@@ -213,9 +221,6 @@ def trace_ppermutes(fn, *args) -> PpermuteTrace:
         shifts=frozenset().union(*(s for _, s in found)))
 
 
-_HLO_COLLECTIVE = re.compile(r"\b(all-gather|reduce-scatter|all-reduce|all-to-all|collective-permute)(?:-start)?\(")
-
-
-def compiled_collectives(fn, *args) -> set[str]:
+def compiled_collectives(fn: Any, *args: Any) -> set[str]:
     """Collective op kinds in the HLO that XLA compiles ``fn`` (a jitted function) into."""
-    return set(_HLO_COLLECTIVE.findall(fn.lower(*args).compile().as_text()))
+    return set(hlo.COLLECTIVE_OP.findall(fn.lower(*args).compile().as_text()))

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from scalelib.hardware import Chip, Dtype
+from scalelib.validate import positive
 
 
 @dataclass(frozen=True)
@@ -56,24 +57,18 @@ class RooflineTime:
         return "compute" if self.compute_s >= self.comms_s else "comms"
 
 
-def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
 def compute_time_s(flops: float, flops_per_s: float) -> float:
     """Seconds to do ``flops`` at ``flops_per_s`` (T_math)."""
     if flops < 0:
         raise ValueError(f"flops must be >= 0, got {flops!r}")
-    return flops / _positive("flops_per_s", flops_per_s)
+    return flops / positive("flops_per_s", flops_per_s)
 
 
 def comms_time_s(num_bytes: float, bytes_per_s: float) -> float:
     """Seconds to move ``num_bytes`` over a channel of ``bytes_per_s`` (T_comms)."""
     if num_bytes < 0:
         raise ValueError(f"num_bytes must be >= 0, got {num_bytes!r}")
-    return num_bytes / _positive("bytes_per_s", bytes_per_s)
+    return num_bytes / positive("bytes_per_s", bytes_per_s)
 
 
 def roofline_time(flops: float, num_bytes: float, flops_per_s: float, bytes_per_s: float) -> RooflineTime:
@@ -88,12 +83,12 @@ def op_time_on_chip(cost: OpCost, chip: Chip, dtype: Dtype = "bf16") -> Roofline
 
 def arithmetic_intensity(flops: float, num_bytes: float) -> float:
     """FLOPs per byte."""
-    return flops / _positive("num_bytes", num_bytes)
+    return flops / positive("num_bytes", num_bytes)
 
 
 def critical_intensity(flops_per_s: float, bytes_per_s: float) -> float:
     """Intensity above which an op is compute-bound on this compute/channel pair."""
-    return _positive("flops_per_s", flops_per_s) / _positive("bytes_per_s", bytes_per_s)
+    return positive("flops_per_s", flops_per_s) / positive("bytes_per_s", bytes_per_s)
 
 
 def chip_critical_intensity(chip: Chip, dtype: Dtype = "bf16") -> float:
@@ -142,7 +137,8 @@ def einsum_cost(spec: str, sizes: Mapping[str, int], dtype_bytes: float | Mappin
     return OpCost(flops=float(flops), bytes=float(num_bytes))
 
 
-def matmul_cost(batch: int, d: int, f: int, act_bytes: float = 2, weight_bytes: float = 2, out_bytes: float | None = None) -> OpCost:
+def matmul_cost(batch: int, d: int, f: int, act_bytes: float = 2, weight_bytes: float = 2,
+                out_bytes: float | None = None) -> OpCost:
     """x[B, D] @ W[D, F] -> y[B, F]: 2BDF FLOPs, BD + DF + BF elements moved."""
     out_bytes = act_bytes if out_bytes is None else out_bytes
     return einsum_cost("bd,df->bf", {"b": batch, "d": d, "f": f},

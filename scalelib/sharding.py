@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, replace
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from jax.sharding import PartitionSpec
@@ -51,7 +51,10 @@ def _split_top(body: str) -> list[str]:
     return parts + [cur.strip()] if cur.strip() or parts else []
 
 
-def _mesh_shape(mesh) -> dict[str, int]:
+MeshLike = Any  # a Mapping of axis names to sizes, or a jax Mesh
+
+
+def _mesh_shape(mesh: MeshLike) -> dict[str, int]:
     """A mesh given as a dict or a jax Mesh, as an ordered dict of axis sizes."""
     shape = dict(mesh.shape) if hasattr(mesh, "axis_names") else dict(mesh)
     for name, size in shape.items():
@@ -69,7 +72,7 @@ class Sharding:
     unreduced: tuple[str, ...] = ()
     name: str = "A"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if len(self.dims) != len(self.axes):
             raise ValueError(f"{len(self.dims)} dims but {len(self.axes)} axis lists; give one per dim")
         if len(set(self.dims)) != len(self.dims):
@@ -91,7 +94,7 @@ class Sharding:
 
     # ---------------------------------------------------------------- text <-> value
     @classmethod
-    def parse(cls, text: str) -> "Sharding":
+    def parse(cls, text: str) -> Sharding:
         """Read the book's notation: ``"A[I_X, J_Y]"``, ``"A[I_XY, J]"``, ``"C[I, K]{U_X}"``.
 
         Multi-letter mesh axis names go in braces: ``"A[B_{data}, D_{model}]"``.
@@ -116,7 +119,7 @@ class Sharding:
         return cls(tuple(dims), tuple(axes), tuple(unreduced), name or "A")
 
     def __str__(self) -> str:
-        def axes_text(axes):
+        def axes_text(axes: Sequence[str]) -> str:
             return "".join(axes) if all(len(a) == 1 for a in axes) else "{" + ",".join(axes) + "}"
 
         body = ", ".join(d + (f"_{axes_text(a)}" if a else "") for d, a in zip(self.dims, self.axes))
@@ -132,7 +135,7 @@ class Sharding:
         return PartitionSpec(*entries)
 
     @classmethod
-    def from_spec(cls, spec: PartitionSpec, dims: Sequence[str], name: str = "A") -> "Sharding":
+    def from_spec(cls, spec: PartitionSpec, dims: Sequence[str], name: str = "A") -> Sharding:
         """The sharding a PartitionSpec describes, with ``dims`` naming the array's dimensions."""
         entries = list(spec) + [None] * (len(dims) - len(spec))
         if len(entries) != len(dims):
@@ -146,16 +149,16 @@ class Sharding:
             raise KeyError(f"{self} has no dimension {dim!r}; its dims are {self.dims}")
         return self.axes[self.dims.index(dim)]
 
-    def with_axes(self, dim: str, axes: Sequence[str]) -> "Sharding":
+    def with_axes(self, dim: str, axes: Sequence[str]) -> Sharding:
         """The same sharding with ``dim`` split over ``axes`` instead."""
         self.axes_of(dim)
         new = tuple(tuple(axes) if d == dim else a for d, a in zip(self.dims, self.axes))
         return replace(self, axes=new)
 
-    def with_unreduced(self, axes: Sequence[str]) -> "Sharding":
+    def with_unreduced(self, axes: Sequence[str]) -> Sharding:
         return replace(self, unreduced=tuple(axes))
 
-    def renamed(self, name: str) -> "Sharding":
+    def renamed(self, name: str) -> Sharding:
         return replace(self, name=name)
 
     @property
@@ -163,7 +166,7 @@ class Sharding:
         return tuple(a for axes in self.axes for a in axes)
 
     # ---------------------------------------------------------------- sizes
-    def check_mesh(self, mesh) -> dict[str, int]:
+    def check_mesh(self, mesh: MeshLike) -> dict[str, int]:
         shape = _mesh_shape(mesh)
         for axis in self.used_axes + self.unreduced:
             if axis not in shape:
@@ -171,12 +174,12 @@ class Sharding:
                                  f"{list(shape)}; add it to the mesh or drop it from the sharding")
         return shape
 
-    def shards(self, mesh) -> tuple[int, ...]:
+    def shards(self, mesh: MeshLike) -> tuple[int, ...]:
         """Number of blocks each dimension is cut into."""
         shape = self.check_mesh(mesh)
         return tuple(math.prod(shape[a] for a in axes) for axes in self.axes)
 
-    def local_shape(self, global_shape: Sequence[int], mesh) -> tuple[int, ...]:
+    def local_shape(self, global_shape: Sequence[int], mesh: MeshLike) -> tuple[int, ...]:
         """The block one device holds: each dim divided by the sizes of its mesh axes."""
         if len(global_shape) != len(self.dims):
             raise ValueError(f"{self} has {len(self.dims)} dims but the global shape {tuple(global_shape)} "
@@ -192,22 +195,22 @@ class Sharding:
             out.append(size // n)
         return tuple(out)
 
-    def local_bytes(self, global_shape: Sequence[int], mesh, dtype_bytes: float) -> float:
+    def local_bytes(self, global_shape: Sequence[int], mesh: MeshLike, dtype_bytes: float) -> float:
         """Bytes held by one device."""
         return float(math.prod(self.local_shape(global_shape, mesh)) * dtype_bytes)
 
-    def replication(self, mesh) -> int:
+    def replication(self, mesh: MeshLike) -> int:
         """How many devices hold each block: the product of the mesh axes this sharding leaves out."""
         shape = self.check_mesh(mesh)
         return math.prod(n for a, n in shape.items() if a not in self.used_axes)
 
-    def total_bytes(self, global_shape: Sequence[int], mesh, dtype_bytes: float) -> float:
+    def total_bytes(self, global_shape: Sequence[int], mesh: MeshLike, dtype_bytes: float) -> float:
         """Bytes summed over every device of the mesh, copies included."""
         shape = self.check_mesh(mesh)
         return self.local_bytes(global_shape, shape, dtype_bytes) * math.prod(shape.values())
 
     # ---------------------------------------------------------------- who holds what
-    def block_index(self, coords: Mapping[str, int], mesh) -> tuple[int, ...]:
+    def block_index(self, coords: Mapping[str, int], mesh: MeshLike) -> tuple[int, ...]:
         """Block (along each dim) held by the device at mesh ``coords``; mixed radix, first axis major."""
         shape = self.check_mesh(mesh)
         out = []
@@ -218,20 +221,20 @@ class Sharding:
             out.append(idx)
         return tuple(out)
 
-    def device_blocks(self, mesh) -> dict[int, tuple[int, ...]]:
+    def device_blocks(self, mesh: MeshLike) -> dict[int, tuple[int, ...]]:
         """Device number (row-major mesh position) -> block index along each dim."""
         shape = self.check_mesh(mesh)
         names = list(shape)
         return {pos: self.block_index(dict(zip(names, coords)), shape)
                 for pos, coords in enumerate(np.ndindex(*shape.values()))}
 
-    def device_slices(self, global_shape: Sequence[int], mesh) -> dict[int, tuple[slice, ...]]:
+    def device_slices(self, global_shape: Sequence[int], mesh: MeshLike) -> dict[int, tuple[slice, ...]]:
         """Device number -> the slices of the global array it holds (like NamedSharding's map)."""
         local = self.local_shape(global_shape, mesh)
         return {d: tuple(slice(b * n, (b + 1) * n) for b, n in zip(blk, local))
                 for d, blk in self.device_blocks(mesh).items()}
 
-    def holders(self, mesh) -> dict[tuple[int, ...], tuple[int, ...]]:
+    def holders(self, mesh: MeshLike) -> dict[tuple[int, ...], tuple[int, ...]]:
         """Block index -> the devices holding a copy of it."""
         out: dict[tuple[int, ...], list[int]] = {}
         for dev, blk in self.device_blocks(mesh).items():
@@ -244,12 +247,12 @@ def parse(text: str) -> Sharding:
     return Sharding.parse(text)
 
 
-def as_sharding(s: "Sharding | str") -> Sharding:
+def as_sharding(s: Sharding | str) -> Sharding:
     return s if isinstance(s, Sharding) else Sharding.parse(s)
 
 
 # -------------------------------------------------------------------- pictures
-def _grid(s: Sharding, global_shape: Sequence[int], mesh):
+def _grid(s: Sharding, global_shape: Sequence[int], mesh: MeshLike) -> tuple[Any, Any, Any]:
     """(row blocks, column blocks, holders) for a 1-D or 2-D array (1-D drawn as one row)."""
     if len(s.dims) not in (1, 2):
         raise ValueError(f"{s} has {len(s.dims)} dims; only 1-D and 2-D arrays can be drawn "
@@ -261,7 +264,8 @@ def _grid(s: Sharding, global_shape: Sequence[int], mesh):
     return rows, cols, held
 
 
-def render_text(s: "Sharding | str", global_shape: Sequence[int], mesh, dtype_bytes: float | None = None) -> str:
+def render_text(s: Sharding | str, global_shape: Sequence[int], mesh: MeshLike,
+                dtype_bytes: float | None = None) -> str:
     """A terminal table: one cell per block, listing the devices (mesh positions) that hold it."""
     s = as_sharding(s)
     shape = s.check_mesh(mesh)
@@ -284,7 +288,7 @@ def render_text(s: "Sharding | str", global_shape: Sequence[int], mesh, dtype_by
     return "\n".join(line.rstrip() for line in lines)
 
 
-def plot(s: "Sharding | str", global_shape: Sequence[int], mesh, ax=None):
+def plot(s: Sharding | str, global_shape: Sequence[int], mesh: MeshLike, ax: Any = None) -> tuple[Any, Any]:
     """Draw the array as blocks coloured by the first device holding each, labelled with all holders.
 
     Returns ``(fig, ax)``; nothing is shown (call ``plt.show()`` or let the notebook display it).

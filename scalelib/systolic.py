@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from scalelib.hardware import Chip
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ class Padding:
         return 1.0 - self.useful_fraction
 
 
-def mxu_padding(m: int, k: int, n: int, mxu_dim: int | None = None, chip=None, lhs_rows: int = 8) -> Padding:
+def mxu_padding(m: int, k: int, n: int, mxu_dim: int | None = None, chip: Chip | None = None,
+                lhs_rows: int = 8) -> Padding:
     """Padding waste of X[M, K] @ W[K, N] on an MXU of side ``mxu_dim`` (or ``chip.mxu_dim``).
 
     K and N are padded to whole multiples of the array side (128, or 256 on v6e); M to whole
@@ -150,7 +155,7 @@ def mxu_padding(m: int, k: int, n: int, mxu_dim: int | None = None, chip=None, l
     return Padding((m, k, n), padded, mxu_dim)
 
 
-def draw_cycle(cycle: Cycle, ax=None):
+def draw_cycle(cycle: Cycle, ax: Any = None) -> tuple[Any, Any]:
     """One cycle: PE grid coloured by weight, activations and partial sums written in each PE.
 
     Returns ``(fig, ax)``; nothing is shown.
@@ -176,7 +181,7 @@ def draw_cycle(cycle: Cycle, ax=None):
     return fig, ax
 
 
-def draw_cycles(run: SystolicRun, ts=None, ncols: int = 4):
+def draw_cycles(run: SystolicRun, ts: Sequence[int] | None = None, ncols: int = 4) -> Any:
     """A grid of ``draw_cycle`` panels (default: every cycle). Returns the Figure."""
     import matplotlib.pyplot as plt
 

@@ -15,6 +15,7 @@ wraparound on that axis.
 from __future__ import annotations
 
 import math
+from typing import Sequence, cast
 from dataclasses import dataclass
 
 from scalelib.hardware import Chip, CoreFigures
@@ -36,7 +37,7 @@ class RingAxis:
     bidi_bytes_per_s: float
     hop_latency_s: float
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.size, int) and self.size >= 1):
             raise ValueError(f"axis size must be a positive int, got {self.size!r}")
         for name in ("one_way_bytes_per_s", "bidi_bytes_per_s"):
@@ -53,7 +54,7 @@ def ring_axis(chip: Chip | CoreFigures, size: int, wraparound: bool = True) -> R
     return RingAxis(size, wraparound, chip.ici_one_way_bytes_per_s, bidi, chip.ici_hop_latency_s)
 
 
-def _check_shape(shape) -> tuple[int, ...]:
+def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:
     shape = tuple(shape)
     if not shape or any(not isinstance(n, int) or n < 1 for n in shape):
         raise ValueError(f"slice shape must be a non-empty tuple of positive ints, got {shape!r}")
@@ -67,7 +68,7 @@ class Slice:
     chip: Chip
     shape: tuple[int, ...]
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _check_shape(self.shape))
         if self.chip.family != "tpu":
             raise ValueError(f"{self.chip.name} is a GPU; use GpuNode / GpuCluster for switched networks")
@@ -104,7 +105,7 @@ class Slice:
             raise ValueError(f"axis must be an int in [0, {self.ndim}) for slice {self.shape}, got {axis!r}")
         return axis % self.ndim
 
-    def _check_coord(self, coord) -> tuple[int, ...]:
+    def _check_coord(self, coord: Sequence[int]) -> tuple[int, ...]:
         coord = tuple(coord)
         if len(coord) != self.ndim or any(not (0 <= c < n) for c, n in zip(coord, self.shape)):
             raise ValueError(f"coordinate {coord} is not a chip of slice {self.shape}; "
@@ -118,7 +119,7 @@ class Slice:
         d = abs(a - b)
         return min(d, self.shape[axis] - d) if self.wraparound[axis] else d
 
-    def hops(self, src, dst) -> int:
+    def hops(self, src: Sequence[int], dst: Sequence[int]) -> int:
         """ICI hops on a shortest path between two chips (Manhattan distance, rings taken into account)."""
         src, dst = self._check_coord(src), self._check_coord(dst)
         return sum(self.axis_hops(a, b, i) for i, (a, b) in enumerate(zip(src, dst)))
@@ -128,7 +129,7 @@ class Slice:
         """Largest hop count between any two chips: sum over axes of n // 2 (ring) or n - 1 (line)."""
         return sum(n // 2 if w else n - 1 for n, w in zip(self.shape, self.wraparound))
 
-    def links_at(self, coord) -> int:
+    def links_at(self, coord: Sequence[int]) -> int:
         """ICI links wired at one chip: corner and edge chips of a mesh have fewer."""
         coord = self._check_coord(coord)
         total = 0
@@ -137,7 +138,7 @@ class Slice:
                 total += (2 if n > 2 else 1) if w else (c > 0) + (c < n - 1)
         return total
 
-    def ports_towards(self, src, dst) -> int:
+    def ports_towards(self, src: Sequence[int], dst: Sequence[int]) -> int:
         """Links out of ``src`` that start a shortest path to ``dst`` (both ways where dst is opposite on a ring)."""
         src, dst = self._check_coord(src), self._check_coord(dst)
         ports = 0
@@ -202,7 +203,7 @@ class GpuNode:
     chip: Chip
     gpus: int | None = None  # default: the chip's NVLink domain (``pod_shape``)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.chip.family != "gpu":
             raise ValueError(f"{self.chip.name} is a TPU; use Slice for ICI meshes")
         n = self.chip.pod_chips if self.gpus is None else self.gpus
@@ -210,11 +211,16 @@ class GpuNode:
             raise ValueError(f"gpus must be an int in [1, {self.chip.pod_chips}] for {self.chip.name}, got {n!r}")
         object.__setattr__(self, "gpus", n)
 
+    @property
+    def size(self) -> int:
+        """GPUs in the node (``gpus``, once the default is filled in)."""
+        return cast(int, self.gpus)
+
     def hops(self, src: int, dst: int) -> int:
         """One switched hop between any two distinct GPUs of the node."""
         for g in (src, dst):
-            if not (isinstance(g, int) and 0 <= g < self.gpus):
-                raise ValueError(f"GPU index must be in [0, {self.gpus}), got {g!r}")
+            if not (isinstance(g, int) and 0 <= g < self.size):
+                raise ValueError(f"GPU index must be in [0, {self.size}), got {g!r}")
         return 0 if src == dst else 1
 
     @property
@@ -224,7 +230,7 @@ class GpuNode:
 
     def axis(self) -> RingAxis:
         """A ring over the node; switching gives it a wraparound, but both directions share egress."""
-        return RingAxis(self.gpus, True, self.egress_bytes_per_s, self.egress_bytes_per_s,
+        return RingAxis(self.size, True, self.egress_bytes_per_s, self.egress_bytes_per_s,
                         self.chip.ici_hop_latency_s)
 
 
@@ -235,13 +241,13 @@ class GpuCluster:
     node: GpuNode
     nodes: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not (isinstance(self.nodes, int) and self.nodes >= 1):
             raise ValueError(f"nodes must be a positive int, got {self.nodes!r}")
 
     @property
     def num_gpus(self) -> int:
-        return self.node.gpus * self.nodes
+        return self.node.size * self.nodes
 
     @property
     def scale_out_bytes_per_s_per_gpu(self) -> float:

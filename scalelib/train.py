@@ -33,7 +33,7 @@ class Adam:
 
 
 class AdamState(NamedTuple):
-    count: jax.Array  # [] int32
+    count: jax.Array  # type: ignore[assignment]  # [] int32 (shadows tuple.count, which nothing here uses)
     mu: Params  # first moments, same tree and shapes as params
     nu: Params  # second moments
 
@@ -59,17 +59,19 @@ def adam_update(hp: Adam, grads: Params, opt: AdamState, params: Params) -> tupl
     return new, AdamState(count=count, mu=mu, nu=nu)
 
 
-def init_state(key: jax.Array, cfg: TransformerConfig, dtype=jnp.float32) -> TrainState:
+def init_state(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> TrainState:
     params = model.init(key, cfg, dtype)
     return TrainState(params=params, opt=adam_init(params))
 
 
-def loss_and_grads(params: Params, tokens: jax.Array, cfg: TransformerConfig, **forward_kw) -> tuple[jax.Array, Params]:
+def loss_and_grads(params: Params, tokens: jax.Array, cfg: TransformerConfig,
+                   **forward_kw: Any) -> tuple[jax.Array, Params]:
     """Mean next-token loss over tokens [B, T+1] and its gradient."""
     return jax.value_and_grad(model.loss)(params, tokens, cfg, **forward_kw)
 
 
-def make_step(cfg: TransformerConfig, hp: Adam = Adam(), **forward_kw) -> Callable[[TrainState, jax.Array], tuple[TrainState, jax.Array]]:
+def make_step(cfg: TransformerConfig, hp: Adam = Adam(),
+              **forward_kw: Any) -> Callable[[TrainState, jax.Array], tuple[TrainState, jax.Array]]:
     """The reference step: loss and grads on the whole batch, then Adam."""
 
     def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, jax.Array]:

@@ -14,7 +14,7 @@ lengths. Counts are exact Python ints.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 Activation = Literal["silu", "gelu"]
 # Rematerialization policies (section 4.4.2); scalelib.transformer_memory says what each keeps.
@@ -57,7 +57,7 @@ class TransformerConfig:
     norm_eps: float = 1e-5
     name: str = "custom"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 1:
@@ -105,7 +105,7 @@ class TransformerConfig:
         """Width of one expert (MoE) or of the dense MLP."""
         return (self.expert_d_ff or self.d_ff) if self.is_moe else self.d_ff
 
-    def replace(self, **changes) -> "TransformerConfig":
+    def replace(self, **changes: Any) -> TransformerConfig:
         values = {f.name: getattr(self, f.name) for f in fields(self)}
         values.update(changes)
         return TransformerConfig(**values)
@@ -114,7 +114,7 @@ class TransformerConfig:
 # ---------------------------------------------------------------- presets
 # Published checkpoints (HF config.json). Their exact parameter totals are asserted in the tests.
 
-def _llama3(name, d, layers, heads, ff):
+def _llama3(name: str, d: int, layers: int, heads: int, ff: int) -> TransformerConfig:
     return TransformerConfig(vocab_size=128_256, d_model=d, n_layers=layers, n_heads=heads, n_kv_heads=8,
                              head_dim=128, d_ff=ff, rope_theta=500_000.0, name=name)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 from scalelib.transformer import REMAT_POLICIES, RematPolicy, TransformerConfig, mlp_params_per_expert
 
@@ -41,10 +41,10 @@ class FlopsBreakdown:
     def total_flops(self) -> float:
         return self.matmul_flops + self.elementwise_flops
 
-    def scaled(self, factor: float) -> "FlopsBreakdown":
+    def scaled(self, factor: float) -> FlopsBreakdown:
         return FlopsBreakdown(*(factor * getattr(self, f.name) for f in fields(self)))
 
-    def __add__(self, other: "FlopsBreakdown") -> "FlopsBreakdown":
+    def __add__(self, other: FlopsBreakdown) -> FlopsBreakdown:
         return FlopsBreakdown(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
@@ -96,7 +96,7 @@ def forward_flops(cfg: TransformerConfig, n_tokens: int, kv_len: int, *, causal_
                           unembed_flops=float(unembed), elementwise_flops=float(elem))
 
 
-def forward_flops_per_token(cfg: TransformerConfig, context_len: int, **kw) -> FlopsBreakdown:
+def forward_flops_per_token(cfg: TransformerConfig, context_len: int, **kw: Any) -> FlopsBreakdown:
     """Forward FLOPs of one token attending to ``context_len`` keys (e.g. one decode step)."""
     return forward_flops(cfg, 1, context_len, **kw)
 
@@ -117,7 +117,7 @@ def recompute_flops(cfg: TransformerConfig, fwd: FlopsBreakdown, remat: RematPol
     if remat == "none":
         return zero
     if remat == "dots":
-        return FlopsBreakdown(*([0.0] * 6), elementwise_flops=fwd.elementwise_flops)
+        return FlopsBreakdown(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, elementwise_flops=fwd.elementwise_flops)
     if remat == "dots_no_batch":
         return FlopsBreakdown(0.0, 0.0, fwd.attn_qk_flops, fwd.attn_av_flops, 0.0, 0.0, fwd.elementwise_flops)
     if remat in ("block_inputs", "full"):

@@ -10,23 +10,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scalelib.dtypes import dtype_bytes as bytes_of
 from scalelib.transformer import REMAT_POLICIES, RematPolicy, TransformerConfig
 from scalelib.transformer_flops import six_n_train_flops
+from scalelib.validate import non_negative
 
 
 # ---------------------------------------------------------------- KV cache (section 4.4.3)
 
-def kv_cache_bytes_per_token(cfg: TransformerConfig, dtype_bytes: float = 2) -> float:
+def kv_cache_bytes_per_token(cfg: TransformerConfig, dtype_bytes: str | float = 2) -> float:
     """Bytes one token adds to the KV cache: a key and a value of K * H per layer (2 L K H).
 
-    GQA/MQA shrink it through ``n_kv_heads``; ``dtype_bytes`` is 1 for an int8 cache.
+    GQA/MQA shrink it through ``n_kv_heads``; ``dtype_bytes`` is bytes per value (1 for an int8
+    cache) or a format name ("bf16", "int8": ``scalelib.dtypes``).
     """
-    return float(2 * cfg.n_layers * cfg.kv_dim * dtype_bytes)
+    return float(2 * cfg.n_layers * cfg.kv_dim * bytes_of(dtype_bytes))
 
 
-def kv_cache_bytes(cfg: TransformerConfig, seq_len: int, batch: int = 1, dtype_bytes: float = 2) -> float:
+def kv_bytes(bytes_per_token: float, seq_len: float, batch: float = 1) -> float:
+    """Bytes of ``batch`` caches of ``seq_len`` tokens, given the per-token figure."""
+    return (non_negative("bytes_per_token", bytes_per_token) * non_negative("seq_len", seq_len)
+            * non_negative("batch", batch))
+
+
+def kv_cache_bytes(cfg: TransformerConfig, seq_len: int, batch: int = 1, dtype_bytes: str | float = 2) -> float:
     """Bytes of the cache of ``batch`` sequences of ``seq_len`` tokens: an array [2, B, S, L, K, H]."""
-    return batch * seq_len * kv_cache_bytes_per_token(cfg, dtype_bytes)
+    return kv_bytes(kv_cache_bytes_per_token(cfg, dtype_bytes), seq_len, batch)
 
 
 # ---------------------------------------------------------------- activations (section 4.4.2)
@@ -96,7 +105,7 @@ class ActivationMemory:
         return self.saved_bytes + self.live_layer_bytes
 
 
-def activation_memory(cfg: TransformerConfig, batch: int, seq_len: int, policy: RematPolicy = "none",
+def activation_memory(cfg: TransformerConfig, batch: float, seq_len: int, policy: RematPolicy = "none",
                       dtype_bytes: float = 2) -> ActivationMemory:
     """Activation bytes of one training step of ``batch`` x ``seq_len`` tokens under ``policy``."""
     tokens = batch * seq_len

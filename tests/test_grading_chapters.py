@@ -92,6 +92,60 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
     probs = jax.nn.softmax(jnp.einsum("bkgh,bksh->bkgs", qg, k_cache) / math.sqrt(h), axis=-1)  # no mask
     return jnp.einsum("bkgs,bksh->bkgh", probs, v_cache).reshape(b, n, h), k_cache, v_cache
 """,
+        "ch07-block-allocator-answer": PATCH_HELPERS + """
+def pool_allocate(state, n):
+    if n > len(state["free"]):
+        return state, None
+    blocks, refcount = state["free"][:n], list(state["refcount"])
+    for b in blocks:
+        refcount[b] = 1
+    return {"free": state["free"][n:], "refcount": refcount}, blocks
+
+def pool_share(state, blocks):
+    refcount = list(state["refcount"])
+    for b in blocks:
+        refcount[b] += 1
+    return {"free": list(state["free"]), "refcount": refcount}
+
+def pool_release(state, blocks):  # frees a shared block while another holder still has it
+    free, refcount = list(state["free"]), list(state["refcount"])
+    for b in blocks:
+        refcount[b] = 0
+        if b not in free:
+            free.append(b)
+    return {"free": free, "refcount": refcount}
+""",
+        "ch07-schedule-step-answer": PATCH_HELPERS + """
+def schedule_step(running, waiting, token_budget, max_running, free_blocks, block_size):
+    budget, free, scheduled = token_budget, free_blocks, []
+    for seq_id, computed, total, blocks in running:  # never preempts: overcommits the pool instead
+        n = min(total - computed, budget)
+        if n > 0:
+            scheduled.append([seq_id, n])
+            budget, free = budget - n, free - (-(-(computed + n) // block_size) - blocks)
+    for seq_id, total in waiting[:max(0, max_running - len(running))]:
+        n = min(total, budget)
+        if n > 0 and -(-n // block_size) <= free:
+            scheduled.append([seq_id, n])
+            budget, free = budget - n, free + -(-n // block_size)
+    return scheduled, []
+""",
+        "ch07-spec-accept-answer": PATCH_HELPERS + """
+def speculative_accept(p, q, draft, u, v):  # redraws from the target itself after a rejection
+    k = len(draft)
+    for i, d in enumerate(draft):
+        if not u[i] < min(1.0, p[i][d] / q[i][d]):
+            dist = list(p[i])
+            break
+    else:
+        i, dist = k, list(p[k])
+    cumulative = 0.0
+    for x, w in enumerate(dist):
+        cumulative += w
+        if cumulative > v * sum(dist):
+            return i, x
+    return i, len(dist) - 1
+""",
     },
     "05_training": {
         "ch05-dp-grad-reduce-answer": PATCH_HELPERS + """

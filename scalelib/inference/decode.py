@@ -18,7 +18,7 @@ logits to it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +41,7 @@ class KVCache(NamedTuple):
         return self.k[0].shape[2]
 
 
-def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype=jnp.float32) -> KVCache:
+def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype: Any = jnp.float32) -> KVCache:
     """An empty cache for ``batch`` sequences of up to ``max_len`` tokens."""
     if not (isinstance(batch, int) and batch >= 1 and isinstance(max_len, int) and max_len >= 1):
         raise ValueError(f"batch and max_len must be positive ints, got {batch!r} and {max_len!r}")
@@ -55,37 +55,51 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array)
     """q [B, T, N, H] at positions q_pos [T] against a cache k, v [B, K, S, H] -> [B, T, N, H].
 
     Slot j is visible to the query at position p when j <= p (causal, empty slots excluded).
+    ``q_pos`` may also be [B, T], one row of positions per sequence (a paged step mixes sequences
+    of different lengths in one batch).
     """
     b, t, n, h = q.shape
     kh, s = k.shape[1], k.shape[2]
     qg = q.reshape(b, t, kh, n // kh, h)  # [B, T, K, G, H]
     scores = jnp.einsum("btkgh,bksh->bkgts", qg, k, precision=_HI) * h ** -0.5  # [B, K, G, T, S]
-    visible = jnp.arange(s)[None, :] <= q_pos[:, None]  # [T, S]
+    visible = jnp.arange(s) <= q_pos[..., None]  # [T, S] or [B, T, S]
+    if visible.ndim == 3:
+        visible = visible[:, None, None]  # [B, 1, 1, T, S]
     scores = jnp.where(visible, scores, -jnp.inf)  # [B, K, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1)  # [B, K, G, T, S]
     out = jnp.einsum("bkgts,bksh->btkgh", probs, v, precision=_HI)  # [B, T, K, G, H]
     return out.reshape(b, t, n, h)  # [B, T, N, H]
 
 
-def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache, layer: int):
-    """Residual branch of layer ``layer``'s attention for x [B, T, D]; writes its keys and values."""
+def project_qkv(cfg: TransformerConfig, p: dict, x: jax.Array, positions: jax.Array):
+    """Queries [B, T, N, H], keys and values [B, T, K, H] of x [B, T, D] at ``positions`` [T] (RoPE applied)."""
     y = model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps)  # [B, T, D]
     q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [B, T, N, H]
     k = jnp.einsum("btd,dkh->btkh", y, p["wk"])  # [B, T, K, H]
     v = jnp.einsum("btd,dkh->btkh", y, p["wv"])  # [B, T, K, H]
     if cfg.qkv_bias:
         q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]  # biases broadcast over [B, T]
-    positions = cache.length + jnp.arange(x.shape[1])  # [T]
     q, k = model.rope(q, positions, cfg.rope_theta), model.rope(k, positions, cfg.rope_theta)  # [B, T, N|K, H]
+    return q, k, v
+
+
+def project_out(cfg: TransformerConfig, p: dict, att: jax.Array) -> jax.Array:
+    """Attention output att [B, T, N, H] through W_O (and its bias) -> [B, T, D]."""
+    b, t, n, h = att.shape
+    out = att.reshape(b, t, n * h) @ p["wo"].reshape(n * h, -1)  # [B, T, D]: W_O as one [N H, D] matrix
+    return out + p["bo"] if cfg.o_bias else out
+
+
+def _attention_with_cache(cfg: TransformerConfig, p: dict, x: jax.Array, cache: KVCache, layer: int):
+    """Residual branch of layer ``layer``'s attention for x [B, T, D]; writes its keys and values."""
+    positions = cache.length + jnp.arange(x.shape[1])  # [T]
+    q, k, v = project_qkv(cfg, p, x, positions)  # [B, T, N|K, H]
     at = (0, 0, cache.length, 0)
     k_new = k.transpose(0, 2, 1, 3).astype(cache.k[layer].dtype)  # [B, K, T, H]
     v_new = v.transpose(0, 2, 1, 3).astype(cache.v[layer].dtype)  # [B, K, T, H]
     k_l = jax.lax.dynamic_update_slice(cache.k[layer], k_new, at)  # [B, K, S_max, H]
     v_l = jax.lax.dynamic_update_slice(cache.v[layer], v_new, at)  # [B, K, S_max, H]
-    att = cached_attention(q, k_l, v_l, positions)  # [B, T, N, H]
-    b, t, n, h = att.shape
-    out = att.reshape(b, t, n * h) @ p["wo"].reshape(n * h, -1)  # [B, T, D]: W_O as one [N H, D] matrix
-    out = out + p["bo"] if cfg.o_bias else out
+    out = project_out(cfg, p, cached_attention(q, k_l, v_l, positions))  # [B, T, D]
     put = lambda arrays, new: arrays[:layer] + (new,) + arrays[layer + 1:]  # noqa: E731
     return out, cache._replace(k=put(cache.k, k_l), v=put(cache.v, v_l))
 
@@ -106,7 +120,8 @@ def layer_params(params: model.Params, i: int) -> dict:
     return layers[i] if isinstance(layers, tuple) else jax.tree.map(lambda a: a[i], layers)
 
 
-def extend(params: model.Params, tokens: jax.Array, cache: KVCache, cfg: TransformerConfig):
+def extend(params: model.Params, tokens: jax.Array, cache: KVCache,
+           cfg: TransformerConfig) -> tuple[jax.Array, KVCache]:
     """Run tokens [B, T] after the cached positions: (logits [B, T, V] float32, updated cache).
 
     Prefill is ``extend`` on an empty cache; a generate step is ``extend`` with T = 1. The
@@ -127,7 +142,8 @@ def extend(params: model.Params, tokens: jax.Array, cache: KVCache, cfg: Transfo
     return logits, cache._replace(length=cache.length + tokens.shape[1])
 
 
-def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, max_len: int):
+def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig,
+            max_len: int) -> tuple[jax.Array, KVCache]:
     """Process prompt [B, T0] at once: (logits [B, T0, V], cache holding T0 positions)."""
     if prompt.shape[1] > max_len:
         raise ValueError(f"prompt of {prompt.shape[1]} tokens does not fit a cache of max_len={max_len}; "
@@ -136,14 +152,15 @@ def prefill(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, max
     return extend(params, prompt, cache, cfg)
 
 
-def decode_step(params: model.Params, token: jax.Array, cache: KVCache, cfg: TransformerConfig):
+def decode_step(params: model.Params, token: jax.Array, cache: KVCache,
+                cfg: TransformerConfig) -> tuple[jax.Array, KVCache]:
     """One generate step for token [B]: (next-token logits [B, V], cache one position longer)."""
     logits, cache = extend(params, token[:, None], cache, cfg)  # [B, 1, V]
     return logits[:, 0], cache
 
 
 def generate(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, steps: int,
-             max_len: int | None = None):
+             max_len: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Greedy generation of ``steps`` tokens after prompt [B, T0].
 
     Returns (tokens [B, steps], logits [B, steps, V]): logits[:, i] is the distribution that
@@ -158,7 +175,7 @@ def generate(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, st
                          f"tokens; use max_len >= {prompt.shape[1] + steps}")
     logits, cache = prefill(params, prompt, cfg, max_len)
 
-    def step(carry, _):
+    def step(carry: tuple[jax.Array, KVCache], _: Any) -> tuple[tuple[jax.Array, KVCache], tuple[jax.Array, jax.Array]]:
         last, cache = carry  # last: [B, V]
         token = jnp.argmax(last, axis=-1)  # [B]
         nxt, cache = decode_step(params, token, cache, cfg)  # [B, V]

@@ -23,13 +23,8 @@ from typing import Sequence
 from scalelib import collectives as cc
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype
+from scalelib.validate import positive
 from scalelib.topology import RingAxis, ring_axis
-
-
-def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
 
 
 def hbm_over_ici(chip: Chip) -> float:
@@ -39,7 +34,7 @@ def hbm_over_ici(chip: Chip) -> float:
 
 def max_generate_model_ways(d_ff: float, batch: float, beta: float) -> float:
     """Most model-parallel ways before ICI time passes weight-loading time: Y = F / (B beta)."""
-    return _positive("d_ff", d_ff) / (_positive("batch", batch) * _positive("beta", beta))
+    return positive("d_ff", d_ff) / (positive("batch", batch) * positive("beta", beta))
 
 
 def weight_bytes_per_chip(weight_bytes: float, ways: int) -> float:
@@ -140,7 +135,7 @@ def one_d_ws_comms_coefficient(n_axes: int = 3) -> float:
 
 def two_d_ws_optimal_x(chips: float, f_over_d: float) -> float:
     """X (ways over D) minimizing ``two_d_ws_comms_s`` with Y Z on two axes: sqrt(n D / (2 F))."""
-    return math.sqrt(_positive("chips", chips) / (2 * _positive("f_over_d", f_over_d)))
+    return math.sqrt(positive("chips", chips) / (2 * positive("f_over_d", f_over_d)))
 
 
 def two_d_ws_comms_coefficient(f_over_d: float) -> float:
@@ -149,7 +144,7 @@ def two_d_ws_comms_coefficient(f_over_d: float) -> float:
     With bf16 activations, T = B / W x (2 D / X + 4 F X / n); at X = sqrt(n D / (2F)) the two
     terms are equal, giving 4 sqrt(2 F / D) (11.3 for F = 4D).
     """
-    return 4 * math.sqrt(2 * _positive("f_over_d", f_over_d))
+    return 4 * math.sqrt(2 * positive("f_over_d", f_over_d))
 
 
 def two_d_ws_crossover_chips(f_over_d: float, n_axes_1d: int = 3) -> float:

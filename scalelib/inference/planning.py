@@ -57,7 +57,7 @@ def best_serving_plan(chip: Chip, *, n_params: float, weight_bytes: float, kv_by
     while chips <= max_chips:
         replica = Replica(chip, chips)
 
-        def step(batch: int) -> DecodeStepTime:
+        def step(batch: int, replica: Replica = replica) -> DecodeStepTime:
             return decode_step_time(replica, n_params=n_params, weight_bytes=weight_bytes,
                                     kv_bytes_per_seq=kv_bytes_per_seq, batch=batch, compute=compute)
 

@@ -11,19 +11,13 @@ Step and prefill times come from ``step_time``; this module turns them into rate
 
 from __future__ import annotations
 
-import math
 
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype
+from scalelib.validate import positive
 from scalelib.inference.memory import Replica
 
 SECONDS_PER_HOUR = 3600.0
-
-
-def _positive(name: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-    return float(value)
 
 
 def flops_per_usd(chip: Chip, dtype: Dtype = "bf16") -> float:
@@ -38,7 +32,7 @@ def tokens_per_s(batch: float, step_s: float) -> float:
     """Generate throughput: each step emits one token per sequence of the batch."""
     if batch < 0:
         raise ValueError(f"batch must be >= 0, got {batch!r}")
-    return batch / _positive("step_s", step_s)
+    return batch / positive("step_s", step_s)
 
 
 def per_chip(rate: float, chips: int) -> float:
@@ -52,17 +46,17 @@ def decode_time_s(step_s: float, decode_tokens: float) -> float:
     """Wall time to generate ``decode_tokens`` tokens, one step each."""
     if decode_tokens < 0:
         raise ValueError(f"decode_tokens must be >= 0, got {decode_tokens!r}")
-    return _positive("step_s", step_s) * decode_tokens
+    return positive("step_s", step_s) * decode_tokens
 
 
 def queries_per_s(batch: float, step_s: float, decode_tokens: float) -> float:
     """Finished requests per second of a full generate batch: B / (step x decode length)."""
-    return batch / decode_time_s(step_s, _positive("decode_tokens", decode_tokens))
+    return batch / decode_time_s(step_s, positive("decode_tokens", decode_tokens))
 
 
 def sequences_finished_per_step(batch: float, decode_tokens: float) -> float:
     """On average a sequence ends every ``decode_tokens`` steps, so B / G of the batch per step."""
-    return batch / _positive("decode_tokens", decode_tokens)
+    return batch / positive("decode_tokens", decode_tokens)
 
 
 def kv_tokens_evicted_per_step(batch: float, prefill_tokens: float, decode_tokens: float) -> float:
@@ -79,7 +73,7 @@ def prefill_servers_per_generate_server(prefill_s: float, step_s: float, batch: 
     ``queries_per_s`` of them. The ratio of the two is the number of prefill servers per
     generate server.
     """
-    return queries_per_s(batch, step_s, decode_tokens) * _positive("prefill_s", prefill_s)
+    return queries_per_s(batch, step_s, decode_tokens) * positive("prefill_s", prefill_s)
 
 
 def prefix_cache_compute_fraction(prompt_tokens: int, cached_tokens: int) -> float:
@@ -103,4 +97,4 @@ def kv_transfer_s(kv_bytes: float, sender: Replica, receiver: Replica) -> float:
 
 def kv_transfer_share(kv_bytes: float, sender: Replica, receiver: Replica, prefill_s: float) -> float:
     """Transfer time over the prefill time it follows: small means disaggregation is nearly free."""
-    return kv_transfer_s(kv_bytes, sender, receiver) / _positive("prefill_s", prefill_s)
+    return kv_transfer_s(kv_bytes, sender, receiver) / positive("prefill_s", prefill_s)

@@ -30,32 +30,19 @@ compares, round by round, the time of the chunk products with the time of the bl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Callable, Literal
 
 import jax
 import jax.numpy as jnp
 
-from scalelib import compat, ring_collectives
+from scalelib import collectives, compat, ring_collectives
+from scalelib.ring_collectives import ring, send
 from scalelib.hardware import Chip, Dtype
 from scalelib.sharding import Sharding
 
 Kind = Literal["all_gather", "reduce_scatter", "all_reduce"]
-KINDS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_reduce")
+KINDS: tuple[str, ...] = collectives.OPS[:3]  # the collective each kind hides: all but AllToAll
 _HI = jax.lax.Precision.HIGHEST
-
-
-def _ring(axis_name: str) -> tuple[int, jax.Array]:
-    """(ring size N, this device's position i) along ``axis_name``."""
-    try:
-        return jax.lax.axis_size(axis_name), jax.lax.axis_index(axis_name)
-    except NameError as err:
-        raise ValueError(f"axis {axis_name!r} is not an axis of the enclosing shard_map ({err}); "
-                         "call this inside compat.shard_map over a mesh that has that axis") from err
-
-
-def _send(x: jax.Array, axis_name: str, n: int, step: int) -> jax.Array:
-    """Every device passes ``x`` to its neighbour ``step`` (+1 or -1) round the ring."""
-    return jax.lax.ppermute(x, axis_name, [(j, (j + step) % n) for j in range(n)])
 
 
 def _mm(x: jax.Array, w: jax.Array) -> jax.Array:
@@ -75,31 +62,31 @@ def _half(size: int, what: str, n: int) -> int:
 def allgather_matmul(a_block: jax.Array, w_block: jax.Array, axis_name: str,
                      bidirectional: bool = False) -> jax.Array:
     """Per device: a_block [B/X, D/N], w_block [D, F/N] -> [B/X, F/N] = AllGather_N(A) . W."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     d_blk = a_block.shape[1]  # columns of A per device
     if w_block.shape[0] != n * d_blk:
         raise ValueError(f"W has {w_block.shape[0]} rows per device but A's column blocks add up to "
                          f"{n} x {d_blk} = {n * d_blk}; shard A as [B, D_{axis_name}] and W as [D, F_{axis_name}]")
 
-    def rows(owner, lo: int = 0, size: int = d_blk) -> jax.Array:  # W rows matching A's block `owner`
+    def rows(owner: Any, lo: int = 0, size: int = d_blk) -> jax.Array:  # W rows matching A's block `owner`
         return jax.lax.dynamic_slice_in_dim(w_block, (owner % n) * d_blk + lo, size, axis=0)  # [size, F/N]
 
     out = _mm(a_block, rows(i))  # [B/X, F/N]: own block first, while the first hop is under way
     if not bidirectional:
         held = a_block  # after k hops: A's column block of device i - k
         for k in range(1, n):
-            held = _send(held, axis_name, n, +1)
+            held = send(held, axis_name, n, +1)
             out = out + _mm(held, rows(i - k))
     else:
         right = left = a_block  # after k hops: blocks of devices i - k and i + k
         for k in range(1, n // 2 + 1):
             if n % 2 == 0 and k == n // 2:  # the opposite device: one half from each side
                 h = _half(d_blk, f"A's column block (D/{n})", n)
-                lo = _send(right[:, :h], axis_name, n, +1)  # [B/X, h]
-                hi = _send(left[:, h:], axis_name, n, -1)  # [B/X, D/N - h]
+                lo = send(right[:, :h], axis_name, n, +1)  # [B/X, h]
+                hi = send(left[:, h:], axis_name, n, -1)  # [B/X, D/N - h]
                 out = out + _mm(lo, rows(i - k, 0, h)) + _mm(hi, rows(i + k, h, d_blk - h))
             else:
-                right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+                right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
                 out = out + _mm(right, rows(i - k)) + _mm(left, rows(i + k))
     return out.astype(jnp.result_type(a_block, w_block))
 
@@ -113,7 +100,7 @@ def _place(full: jax.Array, piece: jax.Array, first: bool) -> jax.Array:
 def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str,
                           bidirectional: bool = False) -> jax.Array:
     """Per device: t_block [B/X, F/N], w_block [F/N, D] -> [B/X, D/N] = ReduceScatter_N(T . W)."""
-    n, i = _ring(axis_name)
+    n, i = ring(axis_name)
     if w_block.shape[0] != t_block.shape[1]:
         raise ValueError(f"Tmp has {t_block.shape[1]} columns per device but W2 has {w_block.shape[0]} rows; "
                          f"shard both over {axis_name!r} along the contracted dim F")
@@ -122,14 +109,14 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
                          f"{axis_name!r}, which does not divide it; pick D a multiple of {n}")
     d_blk = w_block.shape[1] // n
 
-    def part(owner, lo: int = 0, size: int = d_blk) -> jax.Array:  # this device's share of a block
+    def part(owner: Any, lo: int = 0, size: int = d_blk) -> jax.Array:  # this device's share of a block
         cols = jax.lax.dynamic_slice_in_dim(w_block, (owner % n) * d_blk + lo, size, axis=1)  # [F/N, size]
         return _mm(t_block, cols)  # [B/X, size], partial over F
 
     if not bidirectional or n == 1:
         acc = part(i - 1)  # partial sum bound for device i - 1, N - 1 hops away going +1
         for k in range(1, n):
-            acc = _send(acc, axis_name, n, +1) + part(i - 1 - k)  # now bound for device i - 1 - k
+            acc = send(acc, axis_name, n, +1) + part(i - 1 - k)  # now bound for device i - 1 - k
         return acc.astype(jnp.result_type(t_block, w_block))
     m, even = n // 2, n % 2 == 0
     # right moves +1 and is bound for device i + m - k after k hops; left moves -1, bound for i - m + k.
@@ -138,7 +125,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
     right = part(i + m, 0, h)  # [B/X, h]
     left = part(i - m, h, d_blk - h) if even else part(i - m)  # [B/X, D/N - h] or [B/X, D/N]
     for k in range(1, m + 1):
-        right, left = _send(right, axis_name, n, +1), _send(left, axis_name, n, -1)
+        right, left = send(right, axis_name, n, +1), send(left, axis_name, n, -1)
         if k < m:
             right = _place(part(i + m - k), right, first=True)  # [B/X, D/N]
             left = _place(part(i - m + k), left, first=False)
@@ -149,7 +136,7 @@ def matmul_reduce_scatter(t_block: jax.Array, w_block: jax.Array, axis_name: str
 def matmul_all_reduce(a_block: jax.Array, w_block: jax.Array, axis_name: str, bidirectional: bool = False,
                       num_tiles: int = 1) -> jax.Array:
     """Per device: a_block [B/X, D/N], w_block [D/N, F] -> [B/X, F] = AllReduce_N(A . W), tiled over F."""
-    n, _ = _ring(axis_name)
+    n, _ = ring(axis_name)
     f = w_block.shape[1]
     if not (isinstance(num_tiles, int) and num_tiles >= 1) or f % (num_tiles * n):
         raise ValueError(f"F ({f}) is cut into num_tiles={num_tiles!r} tiles of {n} blocks (one per device "
@@ -178,6 +165,7 @@ def shardings(kind: Kind, ring_axis: str = "Y", batch_axis: str | None = "X") ->
     _check_kind(kind)
     b = (batch_axis,) if batch_axis else ()
     y = (ring_axis,)
+    dims: tuple[Any, Any]
     if kind == "all_gather":
         dims = (("B", "D"), ("D", "F"), ("B", "F")), ((b, y), ((), y), (b, y))
     elif kind == "reduce_scatter":
@@ -185,15 +173,17 @@ def shardings(kind: Kind, ring_axis: str = "Y", batch_axis: str | None = "X") ->
     else:
         dims = (("B", "D"), ("D", "F"), ("B", "F")), ((b, y), (y, ()), (b, ()))
     names = ("Tmp" if kind == "reduce_scatter" else "A", "W", "Out")
-    return tuple(Sharding(d, a, (), nm) for d, a, nm in zip(*dims, names))
+    lhs, rhs, out = (Sharding(d, a, (), nm) for d, a, nm in zip(*dims, names))
+    return lhs, rhs, out
 
 
 def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str | None = None,
-            bidirectional: bool = False, num_tiles: int = 1):
+            bidirectional: bool = False, num_tiles: int = 1) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """``f(x, w) -> x @ w`` computed by the ``kind`` collective matmul over ``mesh`` (shard_map + jit).
 
-    x is [B, K] and w [K, N], global. Inputs are placed on the shardings of ``shardings(kind, ring_axis, batch_axis)`` inside the jit,
-    so any array (placed or not) may be passed; global shapes are checked first with a clear error.
+    x is [B, K] and w [K, N], global. Inputs are placed on the shardings of
+    ``shardings(kind, ring_axis, batch_axis)`` inside the jit, so any array (placed or not) may be
+    passed; global shapes are checked first with a clear error.
     """
     _check_kind(kind)
     names = tuple(mesh.axis_names)
@@ -213,14 +203,14 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     put = lambda v, s: jax.device_put(v, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
     jitted = jax.jit(lambda x, w: body(put(x, lhs), put(w, rhs)))
 
-    def run(x, w):
+    def run(x: jax.Array, w: jax.Array) -> jax.Array:
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"expected x [B, K] and w [K, N] with matching K, got {x.shape} and {w.shape}")
         for s, shape in ((lhs, x.shape), (rhs, w.shape), (out, (x.shape[0], w.shape[1]))):
             s.local_shape(shape, mesh)  # says which mesh axis fails to divide which dim
         return jitted(x, w)
 
-    run.jitted = jitted  # for lowering / compiled-HLO checks
+    run.jitted = jitted  # type: ignore[attr-defined]  # for lowering / compiled-HLO checks
     return run
 
 

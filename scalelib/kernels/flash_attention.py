@@ -16,7 +16,7 @@ This is a reference implementation for learning and testing, not a fused kernel.
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,11 +28,11 @@ class SoftmaxState(NamedTuple):
     """Running statistics of one query block (rows r, head dim h)."""
 
     m: jax.Array  # [..., r] running max of the scores seen so far (-inf before any)
-    l: jax.Array  # [..., r] running sum of exp(score - m)
+    l: jax.Array  # [..., r] running sum of exp(score - m)  # noqa: E741  (the paper's letter)
     acc: jax.Array  # [..., r, h] running sum of exp(score - m) * v (not yet divided by l)
 
 
-def init_softmax_state(rows_shape: tuple[int, ...], head_dim: int, dtype=jnp.float32) -> SoftmaxState:
+def init_softmax_state(rows_shape: tuple[int, ...], head_dim: int, dtype: Any = jnp.float32) -> SoftmaxState:
     """Empty state for query rows of shape ``rows_shape``."""
     return SoftmaxState(m=jnp.full(rows_shape, -jnp.inf, dtype),  # [..., r]
                         l=jnp.zeros(rows_shape, dtype),  # [..., r]
@@ -80,11 +80,11 @@ def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool =
     return out.reshape(b, t, n, h)  # [B, T, N, H]
 
 
-def _causal_mask(q_pos, k_pos, t, s):
+def _causal_mask(q_pos: jax.Array, k_pos: jax.Array, t: int, s: int) -> jax.Array:
     return k_pos[None, :] <= q_pos[:, None] + (s - t)  # [r, c]
 
 
-def _check_shapes(q, k, v, causal=False):
+def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, causal: bool = False) -> None:
     if causal and q.shape[1] > k.shape[1]:
         raise ValueError(f"causal attention with more queries (T={q.shape[1]}) than keys (S={k.shape[1]}) "
                          "leaves the first queries no key to see; pass T <= S or causal=False")
@@ -98,7 +98,7 @@ def _check_shapes(q, k, v, causal=False):
                          "GQA needs K to divide N")
 
 
-def _to_blocks(x, block, name):
+def _to_blocks(x: jax.Array, block: int, name: str) -> jax.Array:
     """[B, L, K, ...] -> [L/block, B, K, ..., block, H] (block-major, heads before rows)."""
     b, length = x.shape[:2]
     if length % block:
@@ -108,7 +108,7 @@ def _to_blocks(x, block, name):
     return jnp.moveaxis(jnp.moveaxis(x, 1, 0), 2, -2)  # [nb, B, K, (G,) blk, H]
 
 
-def _from_blocks(x, shape):
+def _from_blocks(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
     """Inverse of ``_to_blocks`` for q-shaped arrays: [nb, B, K, G, blk, H] -> [B, T, N, H]."""
     x = jnp.moveaxis(jnp.moveaxis(x, -2, 2), 0, 1)  # [B, nb, blk, K, G, H]
     return x.reshape(shape)  # [B, T, N, H]
@@ -121,7 +121,7 @@ class _Cfg(NamedTuple):
     scale: float
 
 
-def _block_scores(cfg, q_blk, k_blk, qi, kj, t, s):
+def _block_scores(cfg: _Cfg, q_blk: jax.Array, k_blk: jax.Array, qi: Any, kj: Any, t: int, s: int) -> jax.Array:
     """Scaled, masked scores of query block qi against key block kj: [B, K, G, bq, bk]."""
     scores = jnp.einsum("bkgrh,bkch->bkgrc", q_blk, k_blk, precision=_HI) * cfg.scale  # [B, K, G, bq, bk]
     if cfg.causal:
@@ -131,7 +131,7 @@ def _block_scores(cfg, q_blk, k_blk, qi, kj, t, s):
     return scores
 
 
-def _n_kv_blocks(cfg, qi, t, s):
+def _n_kv_blocks(cfg: _Cfg, qi: Any, t: int, s: int) -> Any:
     """Key blocks query block ``qi`` needs: all of them, or (causal) those up to its last key."""
     n_all = s // cfg.block_k
     if not cfg.causal:
@@ -140,17 +140,17 @@ def _n_kv_blocks(cfg, qi, t, s):
     return jnp.clip(last_key // cfg.block_k + 1, 0, n_all)
 
 
-def _forward(cfg, q, k, v):
+def _forward(cfg: _Cfg, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
     qb = _to_blocks(q.reshape(b, t, kh, n // kh, h), cfg.block_q, "query")  # [nq, B, K, G, bq, H]
     kb = _to_blocks(k, cfg.block_k, "key")  # [nk, B, K, bk, H]
     vb = _to_blocks(v, cfg.block_k, "value")  # [nk, B, K, bk, H]
 
-    def one_query_block(args):
+    def one_query_block(args: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
         qi, q_blk = args  # q_blk [B, K, G, bq, H]
 
-        def body(kj, state):
+        def body(kj: Any, state: SoftmaxState) -> SoftmaxState:
             scores = _block_scores(cfg, q_blk, kb[kj], qi, kj, t, s)  # [B, K, G, bq, bk]
             return online_softmax_update(state, scores, vb[kj][:, :, None])  # v: [B, K, 1, bk, H]
 
@@ -163,16 +163,16 @@ def _forward(cfg, q, k, v):
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _flash(cfg, q, k, v):
+def _flash(cfg: _Cfg, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     return _forward(cfg, q, k, v)[0]
 
 
-def _flash_fwd(cfg, q, k, v):
+def _flash_fwd(cfg: _Cfg, q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, tuple]:
     out, lse = _forward(cfg, q, k, v)
     return out, (q, k, v, out, lse)
 
 
-def _flash_bwd(cfg, res, d_out):
+def _flash_bwd(cfg: _Cfg, res: tuple, d_out: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     q, k, v, out, lse = res
     b, t, n, h = q.shape
     s, kh = k.shape[1], k.shape[2]
@@ -185,10 +185,10 @@ def _flash_bwd(cfg, res, d_out):
     kb = _to_blocks(k, cfg.block_k, "key")  # [nk, B, K, bk, H]
     vb = _to_blocks(v, cfg.block_k, "value")  # [nk, B, K, bk, H]
 
-    def one_key_block(dq, args):
+    def one_key_block(dq: jax.Array, args: tuple) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         kj, k_blk, v_blk = args  # k_blk, v_blk [B, K, bk, H]
 
-        def one_query_block(carry, qargs):
+        def one_query_block(carry: tuple, qargs: tuple) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
             dk, dv = carry  # [B, K, bk, H] each
             qi, q_blk, do_blk, lse_blk, delta_blk = qargs
             scores = _block_scores(cfg, q_blk, k_blk, qi, kj, t, s)  # [B, K, G, bq, bk]

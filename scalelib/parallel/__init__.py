@@ -1,5 +1,27 @@
-"""Training parallelism (book section 5): one module per scheme, plus their cost models and a planner.
+"""Training parallelism (book section 5): one module per scheme, one interface, one registry.
 
-Each scheme has a ``shard_map`` training step with its collectives written out, checked against the
-single-device step in ``scalelib.train``, and a cost function held against the compiled program.
+Every scheme is a frozen dataclass implementing ``scheme.Scheme``: how it shards the weights,
+optimizer state and tokens (rules over the model's logical axes, ``specs``), its ``shard_map``
+step with the collectives written out, its predicted collectives, memory and FLOPs (each held
+against the compiled program by tests/test_parallel_schemes.py), its single-device reference,
+and its terms in the book's per-layer cost model, which ``cost``, ``memory`` and ``planner`` reach
+through the registry by the scheme's name::
+
+    from scalelib import compat, parallel, train
+    scheme = parallel.get("fsdp")(stage=3)                     # or fsdp.FSDP(stage=3)
+    mesh = compat.make_mesh((8,), scheme.mesh_axes)
+    state, tokens = scheme.shard_inputs(state, tokens, mesh)
+    step = scheme.make_step(cfg, mesh, train.Adam())          # step(state, tokens) -> (state, loss)
+    scheme.predicted_collectives(cfg, dict(mesh.shape), batch, seq_len)
+
+Adding a scheme is one file and one line: write ``parallel/<name>.py`` with a ``Scheme`` subclass
+decorated ``@registry.register`` (shared pieces live in ``common``, ``specs``, ``blocks`` and
+``layer``; never another scheme's module), then import it in the line below. The order of that line
+is the order the planner lists schemes in.
 """
+
+from scalelib.parallel import data, fsdp, tensor, fsdp_tp, pipeline, expert, multislice, sequence  # noqa: F401
+from scalelib.parallel.registry import SCHEMES, get, names
+from scalelib.parallel.scheme import Collective, MemoryPrediction, Scheme
+
+__all__ = ["SCHEMES", "Collective", "MemoryPrediction", "Scheme", "get", "names"]

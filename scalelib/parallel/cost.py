@@ -6,10 +6,10 @@ x tensor parallelism and its optimal split (with Appendix C), 5.1.5 pipelining, 
 parallelism between pods over DCN, and the summary table of section 5.2. Expert parallelism
 (which the section leaves out) is priced the same way, with AllToAlls (section 3).
 
-The layer is the section's simplification: an MLP of ``n_matrices`` weight matrices of D x F
-(the book drops the gate, so 2; ``LayerModel.from_config(cfg, count_gate=True)`` keeps it).
-Collectives are priced by ``scalelib.collectives`` (its closed form, ``bandwidth_s``), so the
-bandwidth convention is the book's: on an axis with a wraparound W_ici is the BIDIRECTIONAL
+The layer is the section's simplification (``layer.LayerModel``): an MLP of ``n_matrices``
+weight matrices of D x F. Each scheme prices its own collectives (``Scheme.layer_comms_s``, found
+through the registry by the layout's scheme name) with ``scalelib.collectives``' closed form, so
+the bandwidth convention is the book's: on an axis with a wraparound W_ici is the BIDIRECTIONAL
 per-axis rate (1.8e11 bytes/s on v5p) and k axes carry k times that; ``wraparound=False``
 falls back to one-way links and N - 1 hops. Point-to-point pipeline sends use the one-way rate
 of one link. DCN is the per-host rate shared by the host's chips.
@@ -24,104 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
-from scalelib import collectives, roofline
+from scalelib import roofline
 from scalelib.hardware import Chip, Dtype
-from scalelib.topology import RingAxis, ring_axis
-from scalelib.transformer import TransformerConfig
-
-Scheme = Literal["data", "fsdp", "tensor", "fsdp_tp", "pipeline", "expert", "multislice"]
-SCHEMES: tuple[str, ...] = ("data", "fsdp", "tensor", "fsdp_tp", "pipeline", "expert", "multislice")
-
-
-@dataclass(frozen=True)
-class LayerModel:
-    """One layer as section 5 sees it: ``n_matrices`` weights of D x F (per expert for MoE)."""
-
-    d_model: int
-    d_ff: int
-    n_matrices: int = 2
-    n_experts: int = 0
-    experts_per_token: int = 0
-    n_layers: int = 1  # only pipelining needs it (one boundary send is shared by a stage's layers)
-
-    def __post_init__(self):
-        for name in ("d_model", "d_ff", "n_matrices", "n_layers"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.n_experts and not 1 <= self.experts_per_token <= self.n_experts:
-            raise ValueError(f"experts_per_token must be in [1, {self.n_experts}], got {self.experts_per_token}")
-
-    @classmethod
-    def from_config(cls, cfg: TransformerConfig, count_gate: bool = False) -> "LayerModel":
-        """The book's view of ``cfg``: its MLP, without the gate matrix unless ``count_gate``."""
-        m = 3 if (cfg.gated_mlp and count_gate) else 2
-        return cls(cfg.d_model, cfg.ff_width, m, cfg.n_experts, cfg.experts_per_token, cfg.n_layers)
-
-    @property
-    def weight_params(self) -> int:
-        """All weights of the layer (every expert for MoE)."""
-        return self.n_matrices * self.d_model * self.d_ff * max(1, self.n_experts)
-
-    @property
-    def effective_d_ff(self) -> float:
-        """The F the closed forms see: n_matrices / 2 x d_ff (the book's two-matrix MLP has F)."""
-        return self.n_matrices * self.d_ff / 2
-
-    def forward_flops(self, tokens: float) -> float:
-        """2 x tokens x weights used per token (k experts for MoE)."""
-        used = self.experts_per_token if self.n_experts else 1
-        return 2.0 * tokens * self.n_matrices * self.d_model * self.d_ff * used
-
-
-@dataclass(frozen=True)
-class Layout:
-    """How the chips are split: ICI axes for the batch (DP / FSDP) and for tensor parallelism,
-    pipeline stages, expert axes and DCN slices. ``chips`` is the product of all of them."""
-
-    scheme: Scheme
-    data_axes: tuple[int, ...] = (1,)
-    model_axes: tuple[int, ...] = (1,)
-    expert_axes: tuple[int, ...] = (1,)
-    stages: int = 1
-    microbatches: int = 1
-    slices: int = 1
-
-    def __post_init__(self):
-        if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
-        for name in ("data_axes", "model_axes", "expert_axes"):
-            axes = tuple(getattr(self, name))
-            if not axes or any(not isinstance(n, int) or n < 1 for n in axes):
-                raise ValueError(f"{name} must be a non-empty tuple of positive ints, got {axes!r}")
-            object.__setattr__(self, name, axes)
-        for name in ("stages", "microbatches", "slices"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-
-    @property
-    def data_ways(self) -> int:
-        return math.prod(self.data_axes)
-
-    @property
-    def model_ways(self) -> int:
-        return math.prod(self.model_axes)
-
-    @property
-    def expert_ways(self) -> int:
-        return math.prod(self.expert_axes)
-
-    @property
-    def batch_ways(self) -> int:
-        """Ways the global batch is split (data, expert and slice axes)."""
-        return self.data_ways * self.expert_ways * self.slices
-
-    @property
-    def chips(self) -> int:
-        return self.batch_ways * self.model_ways * self.stages
+from scalelib.parallel import registry
+from scalelib.parallel.layer import LayerModel, LayerTerms
+from scalelib.parallel.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -171,78 +79,31 @@ class LayerCost:
         return max(p.comms_s / p.compute_s for p in (self.forward, self.backward))
 
 
-def _axes(chip: Chip, sizes: tuple[int, ...], wraparound: bool) -> tuple[RingAxis, ...]:
-    return tuple(ring_axis(chip, n, wraparound) for n in sizes)
-
-
-def _t(op: str, num_bytes: float, axes: tuple[RingAxis, ...]) -> float:
-    return collectives.collective(op, num_bytes, axes).bandwidth_s
-
-
 def layer_cost(layout: Layout, layer: LayerModel, chip: Chip, global_batch_tokens: float,
                dtype: Dtype = "bf16", dtype_bytes: float = 2, wraparound: bool = True) -> LayerCost:
     """Compute and comms of one layer, per chip, for ``global_batch_tokens`` under ``layout``.
 
-    Forward FLOPs are 2 x tokens x weights, the backward twice that (section 4). Communication,
-    per scheme (V_w = weight bytes, V_a = activation bytes of the chip's tokens, D wide):
-    data: AllReduce V_w in the backward. fsdp: AllGather V_w forward; ReduceScatter + AllGather
-    backward. tensor: AllGather + ReduceScatter of V_a in each pass. fsdp_tp: both, the weights
-    cut by Y and the activations by X. pipeline: one hop of V_a per stage boundary (amortized
-    over the stage's layers), plus a data-parallel AllReduce. expert: two AllToAlls of the
-    routed tokens per pass, plus a data-parallel AllReduce of the shared weights. multislice:
-    FSDP (x TP) inside each slice, and each chip's gradient shard all-reduced over DCN during
-    the backward, alongside the ICI traffic (a different network).
+    Forward FLOPs are 2 x tokens x weights, the backward twice that (section 4), cut by the model
+    axes and the stages (TP splits a layer's FLOPs Y ways, a pipeline stage holds L / Z layers).
+    Communication is the layout's scheme's (``Scheme.layer_comms_s``); with V_w the weight bytes and
+    V_a the activation bytes of the chip's tokens: data: AllReduce V_w in the backward. fsdp:
+    AllGather V_w forward; ReduceScatter + AllGather backward. tensor: AllGather + ReduceScatter of
+    V_a in each pass. fsdp_tp: both, the weights cut by Y and the activations by X. pipeline: one
+    hop of V_a per stage boundary (amortized over the stage's layers), plus a data-parallel
+    AllReduce. expert: two AllToAlls of the routed tokens per pass, plus a data-parallel AllReduce
+    of the shared weights. multislice: FSDP (x TP) inside each slice, and each chip's gradient shard
+    all-reduced over DCN during the backward, alongside the ICI traffic (a different network).
     """
     if not (global_batch_tokens > 0 and math.isfinite(global_batch_tokens)):
         raise ValueError(f"global_batch_tokens must be a positive finite number, got {global_batch_tokens!r}")
-    s = layout.scheme
-    if s == "expert" and not layer.n_experts:
-        raise ValueError("expert parallelism needs an MoE layer; build the LayerModel from a config with n_experts > 0")
-    if s == "pipeline" and layout.stages > layer.n_layers:
-        raise ValueError(f"{layout.stages} pipeline stages for {layer.n_layers} layers; use at most one stage "
-                         "per layer (LayerModel.from_config sets n_layers)")
-    flops_per_s = chip.flops_per_s(dtype)
-    data, model = _axes(chip, layout.data_axes, wraparound), _axes(chip, layout.model_axes, wraparound)
+    scheme = registry.get(layout.scheme)
+    scheme.check_layer(layout, layer)
     b = global_batch_tokens / layout.batch_ways  # tokens each chip's activations hold
-    w_bytes = layer.weight_params * dtype_bytes / (layout.expert_ways if s == "expert" else 1)
-    a_bytes = b * layer.d_model * dtype_bytes
-    # per model layer and chip: TP splits a layer's FLOPs Y ways, a pipeline stage holds L / Z layers
-    compute_f = roofline.compute_time_s(layer.forward_flops(b) / (layout.model_ways * layout.stages), flops_per_s)
-    bubble = 0.0
-    if s == "data":
-        comms_f, comms_b = 0.0, _t("all_reduce", w_bytes, data)
-    elif s == "fsdp":
-        comms_f = _t("all_gather", w_bytes, data)
-        comms_b = _t("reduce_scatter", w_bytes, data) + comms_f
-    elif s == "tensor":
-        comms_f = comms_b = _t("all_gather", a_bytes, model) + _t("reduce_scatter", a_bytes, model)
-    elif s == "pipeline":
-        # each stage sends its tokens' activations one hop per pass; amortized over all L layers
-        hop = roofline.comms_time_s(a_bytes, chip.ici_one_way_bytes_per_s) if layout.stages > 1 else 0.0
-        comms_f = hop / layer.n_layers
-        comms_b = comms_f + _t("all_reduce", w_bytes / layout.stages, data)
-        bubble = pipeline_bubble_fraction(layout.stages, layout.microbatches)
-    elif s == "expert":
-        routed = layout.expert_ways * b * max(1, layer.experts_per_token) * layer.d_model * dtype_bytes
-        experts = _axes(chip, layout.expert_axes, wraparound)
-        comms_f = 2 * _t("all_to_all", routed, experts)  # dispatch and combine
-        comms_b = comms_f + _t("all_reduce", w_bytes, data)
-    else:  # fsdp_tp, and multislice (FSDP x TP inside each slice, DP over DCN at the same time)
-        gather_w = _t("all_gather", w_bytes / layout.model_ways, data)
-        acts = _t("all_gather", a_bytes, model) + _t("reduce_scatter", a_bytes, model)
-        comms_f = gather_w + acts
-        comms_b = gather_w + _t("reduce_scatter", w_bytes / layout.model_ways, data) + acts
-        if s == "multislice" and layout.slices > 1:
-            shard = w_bytes / (layout.data_ways * layout.model_ways)
-            comms_b = max(comms_b, _t("all_reduce", shard, (dcn_axis(chip, layout.slices),)))
-    return LayerCost(layout, b, PassTime(compute_f, comms_f), PassTime(2 * compute_f, comms_b), bubble)
-
-
-def dcn_axis(chip: Chip, slices: int) -> RingAxis:
-    """The slices as a ring over DCN: each chip gets its host's DCN rate divided among the host's
-    chips, in total (no separate second direction), as the book's per-host figure is."""
-    bw = chip.dcn_bytes_per_s_per_chip
-    return RingAxis(slices, True, bw, bw, chip.ici_hop_latency_s)
+    compute_f = roofline.compute_time_s(layer.forward_flops(b) / (layout.model_ways * layout.stages),
+                                        chip.flops_per_s(dtype))
+    comms_f, comms_b = scheme.layer_comms_s(LayerTerms(layout, layer, chip, b, dtype_bytes, wraparound))
+    return LayerCost(layout, b, PassTime(compute_f, comms_f), PassTime(2 * compute_f, comms_b),
+                     scheme.bubble_fraction(layout))
 
 
 # ------------------------------------------------------------------ closed-form thresholds

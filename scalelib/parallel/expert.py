@@ -6,33 +6,40 @@ exactly when routing needs an AllToAll. Per MoE layer on each device:
 
 1. route: router logits [n, E] -> top-k experts and weights per token;
 2. dispatch: each (token, choice) takes the next free slot of its expert's queue, which holds
-   C = ``capacity`` slots per sending device (tokens past C would be dropped; tests pick C = n);
+   C = ``capacity`` slots per sending device (tokens past C are dropped; C = n drops none);
    the filled buffer [E, C, D] is cut into one [E/X, C, D] block per device and exchanged with
    ``all_to_all`` (forward); the backward pass runs the same AllToAll in reverse;
 3. the local E/X experts run on the [X, E/X, C, D] slots received from all X devices;
 4. a second ``all_to_all`` sends the outputs home and the router weights combine them.
 
 A full training step adds one ``psum`` (all-reduce) of the replicated weights' gradients; the
-experts' gradients stay where the experts live. The result equals ``scalelib.model.moe`` (dense
-dispatch) whenever no token is dropped.
+experts' gradients stay where the experts live (the rule ``("experts", expert)``). The result
+equals ``scalelib.model.moe`` (dense dispatch) whenever no token is dropped.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model, train
-from scalelib.kernels.flash_attention import reference_attention
-from scalelib.parallel.data import Collective, MemoryPrediction, memory_from_counts, param_shapes
-from scalelib.transformer import TransformerConfig
-
-AXIS = "expert"
-EXPERT_WEIGHTS = ("w_gate", "w_up", "w_down")  # [L, E, ...]: split on E
+from scalelib import compat, model
+from scalelib import param_axes as pa
+from scalelib import transformer as tf
+from scalelib import transformer_flops as fl
+from scalelib.parallel import specs
+from scalelib.parallel.common import MeshShape, is_spec, n_elements, place
+from scalelib.parallel.flops import StepFlops, adam_flops
+from scalelib.parallel.layer import LayerModel, LayerTerms
+from scalelib.parallel.layout import Layout
+from scalelib.parallel.planner import PlanContext
+from scalelib.parallel.registry import register
+from scalelib.parallel.scheme import Collective, LocalFn, Scheme
+from scalelib.transformer import TransformerConfig, mlp_params_per_expert
 
 
 def capacity(n_tokens: int, n_experts: int, experts_per_token: int, capacity_factor: float) -> int:
@@ -45,7 +52,7 @@ def capacity(n_tokens: int, n_experts: int, experts_per_token: int, capacity_fac
     return min(n_tokens, math.ceil(capacity_factor * n_tokens * experts_per_token / n_experts))
 
 
-def _routing(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int):
+def _routing(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int) -> tuple[jax.Array, jax.Array]:
     """x [n, D] -> dispatch [n, E, C] (0/1) and combine [n, E, C] (router weights) masks."""
     logits = x @ p["router"]  # [n, E]
     if "router_bias" in p:
@@ -56,11 +63,11 @@ def _routing(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int):
     flat = chosen.reshape(-1, cfg.n_experts)  # [n*k, E] in (token, choice) order
     slot = (jnp.cumsum(flat, axis=0) - 1).reshape(chosen.shape)  # [n, k, E] queue position
     kept = chosen * (slot < cap)  # [n, k, E] dropped when the queue is full
-    place = jax.nn.one_hot(slot, cap, dtype=x.dtype) * kept[..., None]  # [n, k, E, C]
-    return place.sum(1), (place * top_w[:, :, None, None]).sum(1)  # [n, E, C] each
+    slots = jax.nn.one_hot(slot, cap, dtype=x.dtype) * kept[..., None]  # [n, k, E, C]
+    return slots.sum(1), (slots * top_w[:, :, None, None]).sum(1)  # [n, E, C] each
 
 
-def moe_local(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int, axis: str = AXIS) -> jax.Array:
+def moe_local(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int, axis: str = "expert") -> jax.Array:
     """Per-device body (inside shard_map): x [b, T, D] local tokens, experts [E/X, ...] -> [b, T, D]."""
     b, t, d = x.shape
     n_dev = jax.lax.psum(1, axis)
@@ -71,140 +78,161 @@ def moe_local(cfg: TransformerConfig, p: dict, x: jax.Array, cap: int, axis: str
     recv = jax.lax.all_to_all(send, axis, 0, 0, tiled=True)  # [X(source), E/X, C, D]
     up = jnp.einsum("secd,edf->secf", recv, p["w_up"])  # [X, E/X, C, F]
     if "w_gate" in p:
-        hidden = model._act(cfg, jnp.einsum("secd,edf->secf", recv, p["w_gate"])) * up  # [X, E/X, C, F]
+        hidden = model.activation(cfg, jnp.einsum("secd,edf->secf", recv, p["w_gate"])) * up  # [X, E/X, C, F]
     else:
-        hidden = model._act(cfg, up)  # [X, E/X, C, F]
+        hidden = model.activation(cfg, up)  # [X, E/X, C, F]
     out = jnp.einsum("secf,efd->secd", hidden, p["w_down"])  # [X, E/X, C, D]
     back = jax.lax.all_to_all(out, axis, 0, 0, tiled=True)  # [X(owner), E/X, C, D] = my slots again
     y = jnp.einsum("nec,ecd->nd", combine, back.reshape(cfg.n_experts, cap, d))  # [n, D]
     if "shared_w_up" in p:
-        y = y + model._mlp(cfg, tokens, p.get("shared_w_gate"), p["shared_w_up"], p["shared_w_down"])  # [n, D]
+        y = y + model.dense_mlp(cfg, tokens, p.get("shared_w_gate"), p["shared_w_up"], p["shared_w_down"])  # [n, D]
     return y.reshape(b, t, d)
 
 
-def _check(cfg: TransformerConfig, n_dev: int, batch: int) -> None:
-    if not cfg.is_moe:
-        raise ValueError("expert parallelism needs an MoE config (n_experts > 0), got n_experts=0")
-    if cfg.n_experts % n_dev:
-        raise ValueError(f"n_experts={cfg.n_experts} must be a multiple of the '{AXIS}' axis size {n_dev}")
-    if batch % n_dev:
-        raise ValueError(f"batch {batch} must be a multiple of the '{AXIS}' axis size {n_dev} (tokens are "
-                         "split over the same axis as the experts)")
+@register
+@dataclass(frozen=True)
+class ExpertParallel(Scheme):
+    """Experts and the batch split over ``axis``; ``capacity_factor`` sets the slots (E / k drops nothing)."""
+
+    name = "expert"
+    section = "4.4.1"
+    check_vma = False  # the step psums the replicated weights' gradients itself (with the check on, JAX would too)
+
+    capacity_factor: float = 1.25
+    axis: str = "expert"
+
+    def __post_init__(self) -> None:
+        if not self.capacity_factor > 0:
+            raise ValueError(f"capacity_factor must be > 0, got {self.capacity_factor}")
+
+    @property
+    def mesh_axes(self) -> tuple[str, ...]:
+        return (self.axis,)
+
+    def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
+        n_dev = mesh_shape[self.axis]
+        if batch % n_dev:
+            raise ValueError(f"batch {batch} must be a multiple of the '{self.axis}' axis size {n_dev} (tokens are "
+                             "split over the same axis as the experts)")
 
 
-def layer_specs(layer: dict) -> dict:
-    """PartitionSpecs of one MoE layer's params (no L axis): experts split on E, the rest replicated."""
-    return {k: P(AXIS) if k in EXPERT_WEIGHTS else P() for k in layer}
+    def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
+        if not cfg.is_moe:
+            raise ValueError("expert parallelism needs an MoE config (n_experts > 0), got n_experts=0")
+        if cfg.n_experts % mesh_shape[self.axis]:
+            raise ValueError(f"n_experts={cfg.n_experts} must be a multiple of the '{self.axis}' axis size "
+                             f"{mesh_shape[self.axis]}")
 
+    def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
+        return (("experts", self.axis),)
 
-def param_specs(params: model.Params) -> dict:
-    """PartitionSpecs of full model params: [L, E, ...] expert weights split on E, the rest replicated."""
-    specs = jax.tree.map(lambda _: P(), params)
-    specs["layers"] = {k: P(None, AXIS) if k in EXPERT_WEIGHTS else P() for k in params["layers"]}
-    return specs
+    def token_spec(self, mesh_shape: MeshShape) -> P:
+        return P(self.axis)
 
+    def capacity(self, cfg: TransformerConfig, local_tokens: int) -> int:
+        return capacity(local_tokens, cfg.n_experts, cfg.experts_per_token, self.capacity_factor)
 
-def moe_layer(cfg: TransformerConfig, p: dict, x: jax.Array, mesh, capacity_factor: float) -> jax.Array:
-    """Global x [B, T, D] (batch split over the axis) -> [B, T, D]; differentiable, equals ``model.moe``."""
-    _check(cfg, mesh.shape[AXIS], x.shape[0])
-    cap = capacity(x.shape[0] // mesh.shape[AXIS] * x.shape[1], cfg.n_experts, cfg.experts_per_token,
-                   capacity_factor)
-    specs = layer_specs(p)  # check_vma=False as in make_loss_and_grads, so both run the same body
-    f = compat.shard_map(lambda p_, x_: moe_local(cfg, p_, x_, cap), mesh=mesh,
-                         in_specs=(specs, P(AXIS)), out_specs=P(AXIS), check_vma=False)
-    return f(_put(p, specs, mesh), _put(x, P(AXIS), mesh))
+    def layer_specs(self, layer: dict, mesh_shape: MeshShape) -> dict:
+        """PartitionSpecs of one MoE layer's params (no L axis): experts split on E, the rest replicated."""
+        return {k: specs.spec_of(pa.axes_of(k, moe=True)[1:], v.shape, self.param_rules(mesh_shape), mesh_shape)
+                for k, v in layer.items()}
 
+    def moe_layer(self, cfg: TransformerConfig, p: dict, x: jax.Array, mesh: jax.sharding.Mesh) -> jax.Array:
+        """Global x [B, T, D] (batch split over the axis) -> [B, T, D]; differentiable, equals ``model.moe``."""
+        shape = dict(mesh.shape)
+        self.check(cfg, shape, x.shape[0])
+        cap = self.capacity(cfg, x.shape[0] // shape[self.axis] * x.shape[1])
+        layer_specs = self.layer_specs(p, shape)  # check_vma=False as in the step, so both run the same body
+        f = compat.shard_map(lambda p_, x_: moe_local(cfg, p_, x_, cap, self.axis), mesh=mesh,
+                             in_specs=(layer_specs, P(self.axis)), out_specs=P(self.axis), check_vma=False)
+        return f(place(p, mesh, layer_specs), place(x, mesh, P(self.axis)))
 
-def _put(tree, specs, mesh):
-    """Place (or, under jit, reshard) arrays as shard_map's in_specs expect; a no-op when already there."""
-    return jax.tree.map(lambda a, s: jax.device_put(a, NamedSharding(mesh, s)), tree, specs)
+    def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
+        axis, n_dev = self.axis, mesh_shape[self.axis]
+        layer_specs = self.param_specs(model.param_shapes(cfg), mesh_shape)["layers"]
+        experts = [k for k, s in layer_specs.items() if specs.mesh_axes_of(s)]
 
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B/X, T+1]
+            cap = self.capacity(cfg, tokens.shape[0] * (tokens.shape[1] - 1))
+            n_global = tokens.shape[0] * n_dev * (tokens.shape[1] - 1)
+            hooks = model.LayerHooks(mlp=lambda p, y: moe_local(cfg, p, y, cap, axis))
 
-def shard_state(state: train.TrainState, mesh) -> train.TrainState:
-    """Place a ``train.TrainState`` as ``param_specs`` says (Adam moments like their params)."""
-    specs = param_specs(state.params)
-    opt = train.AdamState(_put(state.opt.count, P(), mesh), _put(state.opt.mu, specs, mesh),
-                          _put(state.opt.nu, specs, mesh))
-    return train.TrainState(_put(state.params, specs, mesh), opt)
+            def local_loss(params: Any) -> jax.Array:
+                x = params["embed"][tokens[:, :-1]]  # [b, T, D]
+                x = model.run_layers(cfg, x, lambda i: model.layer_params(params, i), hooks=hooks)  # [b, T, D]
+                return model.token_nll(cfg, params, x, tokens[:, 1:]).sum() / n_global
 
+            loss, grads = jax.value_and_grad(local_loss)(params)
+            own = {k: grads["layers"].pop(k) for k in experts}
+            loss, grads = jax.lax.psum((loss, grads), axis)  # all-reduce of the replicated weights' grads
+            grads["layers"].update(own)  # expert grads are already complete on their owner
+            return loss, grads
 
-def make_loss_and_grads(cfg: TransformerConfig, mesh, capacity_factor: float):
-    """``f(params, tokens [B, T+1]) -> (loss, grads)`` with every MoE layer expert-parallel."""
-    n_dev = mesh.shape[AXIS]
+        return local
 
-    def body(params, tokens):  # tokens [B/X, T+1]
-        cap = capacity(tokens.shape[0] * (tokens.shape[1] - 1), cfg.n_experts, cfg.experts_per_token,
-                       capacity_factor)
-        n_global = tokens.shape[0] * n_dev * (tokens.shape[1] - 1)
+    def predicted_collectives(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int,
+                              seq_len: int) -> tuple[Collective, ...]:
+        """Per step: 2 AllToAlls per MoE layer forward and 2 in backward, each moving a [E, C, D] buffer;
+        one all-reduce of every replicated weight's gradient (plus the loss)."""
+        self.check(cfg, mesh_shape, batch, seq_len)
+        cap = self.capacity(cfg, batch // mesh_shape[self.axis] * seq_len)
+        buf = cfg.n_experts * cap * cfg.d_model * 4
+        shapes = model.param_shapes(cfg)
+        leaves = zip(jax.tree.leaves(shapes), jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))
+        replicated = sum(n_elements(s) for s, p in leaves if not specs.mesh_axes_of(p))
+        two_per_layer = 2 * cfg.n_layers
+        return (Collective("all_to_all", (self.axis,), buf, two_per_layer, phase="forward"),
+                Collective("all_to_all", (self.axis,), buf, two_per_layer, phase="backward"),
+                Collective("all_reduce", (self.axis,), (replicated + 1) * 4, 1, phase="backward"))
 
-        def local_loss(params):
-            x = params["embed"][tokens[:, :-1]]  # [b, T, D]
-            for i in range(cfg.n_layers):
-                p = jax.tree.map(lambda a: a[i], params["layers"])
-                x = x + model.attention_block(cfg, p, x, reference_attention)  # [b, T, D]
-                y = model.norm(x, p["mlp_norm"], p.get("mlp_norm_bias"), cfg.norm_eps)  # [b, T, D]
-                x = x + moe_local(cfg, p, y, cap)  # [b, T, D]
-            if cfg.final_norm:
-                x = model.norm(x, params["final_norm"], params.get("final_norm_bias"), cfg.norm_eps)  # [b, T, D]
-            w_out = params["embed"].T if cfg.tied_embeddings else params["unembed"]  # [D, V]
-            logp = jax.nn.log_softmax((x @ w_out).astype(jnp.float32), axis=-1)  # [b, T, V]
-            return -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1).sum() / n_global
+    def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:
+        """Per device: ``mlp_flops`` holds the routed experts on their E C slots and any shared experts
+        on the n local tokens; ``router_flops`` the router and the one-hot dispatch and combine einsums
+        (2 n E C D each; the dispatch mask has no gradient, so its einsum is differentiated for the
+        tokens only). Adam on the device's experts and every replicated weight."""
+        self.check(cfg, mesh_shape, batch, seq_len)
+        n = batch // mesh_shape[self.axis] * seq_len  # local tokens
+        cap = self.capacity(cfg, n)
+        d, e, n_layers = cfg.d_model, cfg.n_experts, cfg.n_layers
+        dense = fl.forward_flops(cfg.replace(n_experts=0, experts_per_token=0, n_shared_experts=0), n, seq_len)
+        mlp = n_layers * 2 * (e * cap + n * cfg.n_shared_experts) * mlp_params_per_expert(cfg)  # [E, C] + shared
+        router = n_layers * 2 * n * d * e
+        one_hot = n_layers * 2 * n * e * cap * d  # dispatch [n, E, C] x [n, D] -> [E, C, D]; the combine alike
+        fwd = fl.FlopsBreakdown(mlp, dense.attn_proj_flops, dense.attn_qk_flops, dense.attn_av_flops,
+                                router + 2 * one_hot, dense.unembed_flops)
+        train = fwd.scaled(3.0) + fl.FlopsBreakdown(0, 0, 0, 0, -one_hot, 0)  # the dispatch's mask has no gradient
+        shapes = model.param_shapes(cfg)
+        return StepFlops(train, adam_flops(specs.local_elements(shapes, self.param_specs(shapes, mesh_shape),
+                                                                 mesh_shape)))
 
-        loss, grads = jax.value_and_grad(local_loss)(params)
-        experts = {k: grads["layers"].pop(k) for k in EXPERT_WEIGHTS if k in grads["layers"]}
-        loss, grads = jax.lax.psum((loss, grads), AXIS)  # all-reduce of the replicated weights' grads
-        grads["layers"].update(experts)  # expert grads are already complete on their owner
-        return loss, grads
+    @classmethod
+    def check_layer(cls, layout: Layout, layer: LayerModel) -> None:
+        if not layer.n_experts:
+            raise ValueError("expert parallelism needs an MoE layer; build the LayerModel from a config with "
+                             "n_experts > 0")
 
-    def loss_and_grads(params, tokens):
-        _check(cfg, n_dev, tokens.shape[0])
-        specs = param_specs(params)
-        # check_vma=False: we psum the replicated weights' grads ourselves; with the check on, JAX
-        # would already have summed them (transpose of its implicit pvary) and the psum would double them.
-        f = compat.shard_map(body, mesh=mesh, in_specs=(specs, P(AXIS)), out_specs=(P(), specs), check_vma=False)
-        return f(_put(params, specs, mesh), _put(tokens, P(AXIS), mesh))
+    @classmethod
+    def layer_comms_s(cls, t: LayerTerms) -> tuple[float, float]:
+        """Each pass: two AllToAlls of the routed tokens (dispatch, combine) over the expert axes; the
+        backward also AllReduces the chip's share of the weights over the data axes."""
+        lay = t.layout
+        routed = lay.expert_ways * t.tokens_per_chip * max(1, t.layer.experts_per_token) * t.layer.d_model * \
+            t.dtype_bytes
+        forward = 2 * t.time_s("all_to_all", routed, lay.expert_axes)
+        return forward, forward + t.time_s("all_reduce", t.weight_bytes / lay.expert_ways, lay.data_axes)
 
-    return loss_and_grads
+    @classmethod
+    def state_shards(cls, layout: Layout, cfg: TransformerConfig) -> float:
+        """Only the experts' weights are split (the MLP share of the parameters)."""
+        counts = tf.param_counts(cfg)
+        expert_share = counts.mlp / counts.total
+        return 1 / ((1 - expert_share) + expert_share / layout.expert_ways)
 
-
-def make_step(cfg: TransformerConfig, mesh, capacity_factor: float, hp: train.Adam = train.Adam()):
-    """``step(state, tokens) -> (state, loss)``, equal to ``train.make_step(cfg, hp)`` when nothing drops."""
-    loss_and_grads = make_loss_and_grads(cfg, mesh, capacity_factor)
-
-    def step(state: train.TrainState, tokens: jax.Array):
-        loss, grads = loss_and_grads(state.params, tokens)
-        params, opt = train.adam_update(hp, grads, state.opt, state.params)  # elementwise, on each shard
-        return train.TrainState(params, opt), loss
-
-    return step
-
-
-def predicted_collectives(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int, capacity_factor: float,
-                          bytes_per_elem: int = 4) -> tuple[Collective, ...]:
-    """Per step: 2 AllToAlls per MoE layer forward and 2 in backward, each moving a [E, C, D] buffer;
-    one all-reduce of every replicated weight's gradient (plus the loss)."""
-    n = batch // n_devices * seq_len
-    cap = capacity(n, cfg.n_experts, cfg.experts_per_token, capacity_factor)
-    buf = cfg.n_experts * cap * cfg.d_model * bytes_per_elem
-    f, d, L = cfg.ff_width, cfg.d_model, cfg.n_layers
-    expert_params = L * cfg.n_experts * d * f * (3 if cfg.gated_mlp else 2)
-    params = model.param_count(jax.eval_shape(lambda: model.init(jax.random.key(0), cfg)))
-    return (Collective("all_to_all", (AXIS,), buf, 2 * L, phase="forward"),
-            Collective("all_to_all", (AXIS,), buf, 2 * L, phase="backward"),
-            Collective("all_reduce", (AXIS,), (params - expert_params + 1) * bytes_per_elem, 1, phase="backward"))
-
-
-def predicted_memory_bytes(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int,
-                           dtype_bytes: int = 4) -> MemoryPrediction:
-    """Per-device bytes as ``shard_state`` and ``make_step`` lay them out.
-
-    The expert weights [L, E, ...] keep E / X experts on each device; every other weight (attention,
-    router, shared experts, embeddings, norms) is replicated. Adam's moments follow the params,
-    the int32 step counter is replicated, and each device receives B / X rows of tokens [T+1].
-    """
-    _check(cfg, n_devices, batch)
-    shapes = param_shapes(cfg)
-    per_device = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    per_device -= sum(math.prod(shapes["layers"][k].shape) * (n_devices - 1) // n_devices
-                      for k in EXPERT_WEIGHTS if k in shapes["layers"])
-    return memory_from_counts(per_device, batch // n_devices, seq_len, dtype_bytes=dtype_bytes)
+    @classmethod
+    def candidate_layouts(cls, ctx: PlanContext) -> tuple[Layout, ...]:
+        """For an MoE model: the most expert ways that divide both E and the chips, data parallel beside."""
+        n_experts = ctx.layer.n_experts
+        if not n_experts:
+            return ()
+        e = max(d for d in range(1, n_experts + 1) if n_experts % d == 0 and ctx.chips % d == 0)
+        return (Layout(cls.name, data_axes=ctx.split(ctx.chips // e), expert_axes=(e,)),)

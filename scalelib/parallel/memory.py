@@ -7,22 +7,25 @@ the fewest chips that hold them, the memory per chip of a full pod). Per-paramet
 from ``transformer_memory.training_state_memory``; activations from its remat policies, or
 from the book's count of D-sized checkpoints per layer.
 
-Sharding (``Layout`` from ``scalelib.parallel.cost``): DP replicates the state; FSDP, tensor
-parallelism and pipelining cut it by their degrees; expert parallelism cuts only the expert
-weights; activations are split across every chip that holds different tokens or a different
-slice of them. Gathered weights in flight, the optimizer's temporaries and XLA's scratch
-space are not counted.
+Sharding (a ``Layout``): the layout's scheme says into how many pieces it cuts the state
+(``Scheme.state_shards``: DP replicates it; FSDP, tensor parallelism and pipelining cut it by their
+degrees; expert parallelism cuts only the expert weights); activations are split across every
+chip that holds different tokens or a different slice of them. Gathered weights in flight, the
+optimizer's temporaries and XLA's scratch space are not counted.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
+from scalelib import hardware
 from scalelib import transformer as tf
 from scalelib import transformer_memory as tmem
 from scalelib.hardware import Chip
-from scalelib.parallel.cost import Layout
+from scalelib.parallel import registry
+from scalelib.parallel.layout import Layout
 
 # 'mlp_outputs': the checkpoints of Exercise 5.2, the outputs of the MLP's three big matmuls.
 MLP_CHECKPOINTS = ("up", "gate", "down")
@@ -95,7 +98,7 @@ def activation_bytes(cfg: tf.TransformerConfig, tokens: float, seq_len: int, rem
     if remat not in tf.REMAT_POLICIES:
         raise ValueError(f"remat must be one of {tf.REMAT_POLICIES}, 'mlp_outputs' or a number of D-sized "
                          f"checkpoints per layer, got {remat!r}")
-    return tmem.activation_memory(cfg, tokens / seq_len, seq_len, remat, dtype_bytes).peak_bytes
+    return tmem.activation_memory(cfg, tokens / seq_len, seq_len, cast(tf.RematPolicy, remat), dtype_bytes).peak_bytes
 
 
 def training_memory(cfg: tf.TransformerConfig, tokens: float, seq_len: int, remat: str | float = "full",
@@ -113,15 +116,7 @@ def memory_per_chip(layout: Layout, cfg: tf.TransformerConfig, global_batch_toke
                     n_params: float | None = None) -> ChipMemory:
     """``training_memory`` cut up by ``layout`` (see the module docstring)."""
     whole = training_memory(cfg, global_batch_tokens, seq_len, remat, state, n_params)
-    s = layout.scheme
-    if s == "expert":
-        counts = tf.param_counts(cfg)
-        expert_share = counts.mlp / counts.total
-        shards = 1 / ((1 - expert_share) + expert_share / layout.expert_ways)
-    else:
-        shards = layout.model_ways * layout.stages
-        if s in ("fsdp", "fsdp_tp", "multislice"):
-            shards *= layout.data_ways
+    shards = registry.get(layout.scheme).state_shards(layout, cfg)
     act_shards = layout.batch_ways * layout.model_ways * layout.stages
     return ChipMemory(whole.params_bytes / shards, whole.grads_bytes / shards, whole.optimizer_bytes / shards,
                       whole.activations_bytes / act_shards)
@@ -129,8 +124,7 @@ def memory_per_chip(layout: Layout, cfg: tf.TransformerConfig, global_batch_toke
 
 def min_chips_for_memory(total: ChipMemory | float, chip: Chip) -> int:
     """Fewest chips whose HBM holds ``total`` bytes if spread evenly (section 6.2)."""
-    total_bytes = total.total_bytes if isinstance(total, ChipMemory) else float(total)
-    return max(1, math.ceil(total_bytes / chip.hbm_bytes - 1e-9))
+    return hardware.min_chips_to_hold(total.total_bytes if isinstance(total, ChipMemory) else float(total), chip)
 
 
 def max_params_data_parallel(chip: Chip, state: StateBytes = BOOK_ADAM) -> float:

@@ -28,10 +28,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import Any
+
 from scalelib import transformer as tf
-from scalelib.hardware import Chip
-from scalelib.parallel import cost
-from scalelib.parallel.cost import Layout
+from scalelib.hardware import Chip, Dtype
+from scalelib.parallel import cost, registry
+from scalelib.parallel.layer import LayerModel
+from scalelib.parallel.layout import Layout
 from scalelib.parallel.memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
     training_memory
 from scalelib.topology import Slice
@@ -46,7 +49,7 @@ def training_flops(n_params: float, tokens: float) -> float:
     return six_n_train_flops(n_params, tokens)
 
 
-def training_time_s(total_flops: float, chips: int, chip: Chip, mfu: float = 1.0, dtype: str = "bf16") -> float:
+def training_time_s(total_flops: float, chips: int, chip: Chip, mfu: float = 1.0, dtype: Dtype = "bf16") -> float:
     """Seconds to do ``total_flops`` on ``chips`` chips at ``mfu`` of their peak, if compute-bound."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}; 0.4 is a typical training MFU")
@@ -65,12 +68,12 @@ def min_global_batch_tokens(min_batch_per_chip_tokens: float, chips: int) -> flo
     return min_batch_per_chip_tokens * chips
 
 
-def total_chips(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> int:
+def total_chips(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> int:
     """Chips of ``slices`` copies of ``where`` (a Slice or a count; default a full pod)."""
     return _slice_axes(chip, chip.pod_chips if where is None else where)[0] * slices
 
 
-def total_hbm_bytes(chip: Chip, where: "Slice | int | None" = None, slices: int = 1) -> float:
+def total_hbm_bytes(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> float:
     """HBM of all those chips together (Exercise 5.3 compares a run's bytes with it)."""
     return total_chips(chip, where, slices) * chip.hbm_bytes
 
@@ -182,34 +185,58 @@ def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
     return where, split_axes(where, n_axes)
 
 
-def _mixed_axes(layer, chip, chips, batch, m_x, m_y) -> dict:
-    """The FSDP x TP split of ``chips`` chips (one slice) for ``batch`` tokens, as Layout kwargs."""
-    rng = cost.mixed_fsdp_ways_range(batch, layer.effective_d_ff, chips, chip, m_x, m_y)
-    target = rng[1] if rng else cost.optimal_fsdp_ways(batch, layer.effective_d_ff, chips, m_x, m_y)
-    x, y = cost.power_of_two_split(chips, min(max(1.0, target), chips))
-    return dict(data_axes=split_axes(x, m_x), model_axes=(y,))
+@dataclass(frozen=True)
+class PlanContext:
+    """What the planner asks each scheme about: the layer, the chips of one slice and the run.
+
+    ``axes`` are the slice's ICI axes; ``global_batch_tokens`` the whole step's batch;
+    ``pipeline_stages`` / ``microbatches`` what the caller asked for (None: the scheme chooses).
+    """
+
+    layer: LayerModel
+    chip: Chip
+    chips: int
+    axes: tuple[int, ...]
+    global_batch_tokens: float
+    slices: int = 1
+    pipeline_stages: int | None = None
+    microbatches: int | None = None
+
+    @property
+    def n_axes(self) -> int:
+        """ICI axes longer than one chip (at least 1)."""
+        return len([a for a in self.axes if a > 1]) or 1
+
+    @property
+    def m_x(self) -> int:
+        """Axes section 5.1.4 gives FSDP (all but one)."""
+        return max(1, self.n_axes - 1)
+
+    def split(self, ways: int) -> tuple[int, ...]:
+        """``ways`` spread over as many axes as the slice has."""
+        return split_axes(ways, self.n_axes)
+
+    def mixed_axes(self, batch_tokens: float) -> dict[str, Any]:
+        """The FSDP x TP split of the slice for ``batch_tokens``, as Layout keyword arguments: the most
+        FSDP that stays compute-bound (the larger root of Appendix C), else the optimal degree, rounded
+        to powers of two."""
+        d_ff = self.layer.effective_d_ff
+        rng = cost.mixed_fsdp_ways_range(batch_tokens, d_ff, self.chips, self.chip, self.m_x, 1)
+        target = rng[1] if rng else cost.optimal_fsdp_ways(batch_tokens, d_ff, self.chips, self.m_x, 1)
+        x, y = cost.power_of_two_split(self.chips, min(max(1.0, target), self.chips))
+        return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}
+
+    def optimal_axes(self, batch_tokens: float) -> dict[str, Any]:
+        """The power-of-two FSDP x TP split nearest section 5.1.4's optimal FSDP degree."""
+        target = cost.optimal_fsdp_ways(batch_tokens, self.layer.effective_d_ff, self.chips, self.m_x)
+        x, y = cost.power_of_two_split(self.chips, min(self.chips, max(1.0, target)))
+        return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}
 
 
-def _layouts(cfg, layer, chip, chips, axes, batch, slices, stages, microbatches):
-    """Candidate layouts. All but "multislice" live on one slice and run the whole ``batch`` there;
-    "multislice" gives each of its ``slices`` slices batch / slices tokens."""
-    n_axes = len([a for a in axes if a > 1]) or 1
-    m_x, m_y = max(1, n_axes - 1), 1
-    per_slice = batch / slices
-    mixed = _mixed_axes(layer, chip, chips, batch, m_x, m_y)  # one slice, the whole global batch
-    z = stages or max(d for d in (1, 2, 4, 8, 16) if cfg.n_layers % d == 0 and d <= chips)
-    out = [Layout("data", data_axes=axes), Layout("fsdp", data_axes=axes), Layout("tensor", model_axes=axes),
-           Layout("fsdp_tp", **mixed),
-           Layout("pipeline", data_axes=split_axes(chips // z, n_axes), stages=z,
-                  microbatches=microbatches or 4 * z)]
-    if cfg.is_moe:
-        e = max(d for d in range(1, cfg.n_experts + 1) if cfg.n_experts % d == 0 and chips % d == 0)
-        out.append(Layout("expert", data_axes=split_axes(chips // e, n_axes), expert_axes=(e,)))
-    if slices > 1:
-        inner = _mixed_axes(layer, chip, chips, per_slice, m_x, m_y) \
-            if per_slice / chips < cost.dp_critical_batch_per_chip_tokens(chip, n_axes) else dict(data_axes=axes)
-        out.append(Layout("multislice", slices=slices, **inner))
-    return out
+def candidate_layouts(ctx: PlanContext) -> list[Layout]:
+    """Every registered scheme's candidate layouts, in registry order. All but a multi-slice one live
+    on one slice and run the whole batch there."""
+    return [layout for scheme in registry.SCHEMES.values() for layout in scheme.candidate_layouts(ctx)]
 
 
 def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, global_batch_tokens: int,
@@ -227,12 +254,12 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
     counts = tf.param_counts(cfg)
     n = counts.total if n_params is None else n_params
     active = n * counts.active / counts.total
-    layer = cost.LayerModel.from_config(cfg, count_gate)
+    layer = LayerModel.from_config(cfg, count_gate)
     step_flops = training_flops(active, global_batch_tokens)
     sequences = global_batch_tokens // seq_len
+    ctx = PlanContext(layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages, microbatches)
     plans = []
-    for layout in _layouts(cfg, layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages,
-                           microbatches):
+    for layout in candidate_layouts(ctx):
         lc = cost.layer_cost(layout, layer, chip, global_batch_tokens)
         peak_s = step_flops / (layout.chips * chip.bf16_flops_per_s)
         passes = [(share * peak_s / mfu, p.comms_s / p.compute_s * share * peak_s)
@@ -245,11 +272,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
             notes.append(msg if sequence_sharding else "infeasible: " + msg)
         if layout.model_ways > cfg.d_model or layout.model_ways > layer.d_ff:
             notes.append(f"infeasible: {layout.model_ways}-way tensor parallelism exceeds D or F")
-        if layout.scheme == "pipeline":
-            micro = global_batch_tokens / (layout.batch_ways * layout.microbatches)
-            if micro < cost.hbm_critical_batch_tokens(chip):
-                notes.append(f"microbatches of {micro:.0f} tokens per chip are HBM-bandwidth-bound")
-        if slices > 1 and layout.scheme != "multislice":
+        notes += registry.get(layout.scheme).plan_notes(layout, ctx)
+        if slices > 1 and layout.slices == 1:
             notes.append(f"one slice runs the whole batch: {slices - 1} of {slices} slices idle")
         if layout.chips < chips * slices:
             notes.append(f"uses {layout.chips} of {chips * slices} chips")
@@ -268,35 +292,30 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
         tuple(plans))
 
 
-def plot_scheme_times(layer: cost.LayerModel | tf.TransformerConfig, chip: Chip, where: Slice | int,
-                      batch_per_chip_tokens=None, schemes=("data", "fsdp", "tensor", "fsdp_tp"), ax=None):
+def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, where: Slice | int,
+                      batch_per_chip_tokens: Any = None,
+                      schemes: tuple[str, ...] = ("data", "fsdp", "tensor", "fsdp_tp"),
+                      ax: Any = None) -> tuple[Any, Any]:
     """Per-layer forward compute time and each scheme's comms against batch per chip (Figure 16's
     picture). A scheme's curve is its tighter pass's comms, scaled to the forward's FLOPs, so
     it crosses the compute line exactly at the book's threshold. Returns (fig, ax)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # only when drawing
     import numpy as np
 
     if isinstance(layer, tf.TransformerConfig):
-        layer = cost.LayerModel.from_config(layer)
+        layer = LayerModel.from_config(layer)
     chips, axes = _slice_axes(chip, where)
-    n_axes = len([a for a in axes if a > 1]) or 1
     per_chip = np.logspace(1, 5, 60) if batch_per_chip_tokens is None else np.asarray(batch_per_chip_tokens)
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
     fig = ax.figure
     compute = []
-    curves = {s: [] for s in schemes}
+    curves: dict[str, list[float]] = {s: [] for s in schemes}
     for b in per_chip:
         batch = float(b) * chips
+        ctx = PlanContext(layer, chip, chips, axes, batch)
         for s in schemes:
-            if s == "fsdp_tp":
-                x, y = cost.power_of_two_split(chips, min(chips, max(1.0, cost.optimal_fsdp_ways(
-                    batch, layer.effective_d_ff, chips, max(1, n_axes - 1)))))
-                layout = Layout(s, data_axes=split_axes(x, max(1, n_axes - 1)), model_axes=(y,))
-                batch_s = float(b) * x * y
-            else:
-                layout = Layout(s, data_axes=axes) if s in ("data", "fsdp") else Layout(s, model_axes=axes)
-                batch_s = batch  # tensor: every chip sees the whole batch, its FLOPs cut Y = N ways
+            layout, batch_s = registry.get(s).sweep_layout(ctx, batch)
             lc = cost.layer_cost(layout, layer, chip, batch_s)
             curves[s].append(lc.comms_to_compute * lc.forward.compute_s)
         compute.append(cost.layer_cost(Layout("fsdp", data_axes=axes), layer, chip, batch).forward.compute_s)

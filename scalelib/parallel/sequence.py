@@ -13,29 +13,38 @@ local. A query needs the keys of all earlier chunks, two ways:
   block is held at a time. Causal blocks from later chunks are fully masked but still computed
   here (the load imbalance that zig-zag chunk orders fix).
 
-A training step adds one ``psum`` (all-reduce) of all gradients, as in data parallelism.
+A training step adds one ``psum`` (all-reduce) of all gradients, as in data parallelism. The
+tokens arrive whole on every device: split on the sequence, the one-token shift of the targets
+would itself need a collective-permute between neighbouring chunks.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model, train
+from scalelib import compat, model
+from scalelib import transformer_flops as fl
 from scalelib.kernels.flash_attention import finalize_softmax_state, init_softmax_state, online_softmax_update
-from scalelib.parallel.data import Collective, MemoryPrediction, memory_from_counts, param_shapes
+from scalelib.parallel import specs
+from scalelib.parallel.common import MeshShape, n_elements
+from scalelib.parallel.flops import StepFlops, adam_flops
+from scalelib.parallel.layer import LayerTerms
+from scalelib.parallel.registry import register
+from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import TransformerConfig
 
-AXIS = "seq"
 Method = Literal["all_gather", "ring"]
+METHODS: tuple[str, ...] = ("all_gather", "ring")
 
 
-def _fold(state, qg, k, v, q_pos, k_pos, scale):
+def _fold(state: Any, qg: jax.Array, k: jax.Array, v: jax.Array, q_pos: jax.Array, k_pos: jax.Array,
+          scale: float) -> Any:
     """Fold one key block into the running softmax: qg [B, K, G, r, H], k/v [B, K, c, H]."""
     scores = jnp.einsum("bkgrh,bkch->bkgrc", qg, k, precision=jax.lax.Precision.HIGHEST) * scale  # [B, K, G, r, c]
     scores = jnp.where(k_pos[None, :] <= q_pos[:, None], scores, -jnp.inf)  # [B, K, G, r, c] causal
@@ -43,13 +52,16 @@ def _fold(state, qg, k, v, q_pos, k_pos, scale):
 
 
 def _check_method(method: str) -> None:
-    if method not in ("all_gather", "ring"):
+    if method not in METHODS:
         raise ValueError(f"method must be 'all_gather' or 'ring', got {method!r}")
 
 
-def attention_local(q: jax.Array, k: jax.Array, v: jax.Array, method: Method = "ring", axis: str = AXIS) -> jax.Array:
+def attention_local(q: jax.Array, k: jax.Array, v: jax.Array, method: Method = "ring", axis: str = "seq",
+                    causal: bool = True) -> jax.Array:
     """Causal attention of this device's chunk (inside shard_map): q [B, t, N, H], k/v [B, t, K, H] -> [B, t, N, H]."""
     _check_method(method)
+    if not causal:
+        raise ValueError("sequence-parallel attention here is causal only")
     b, t, n, h = q.shape
     kh = k.shape[2]
     me, n_dev = jax.lax.axis_index(axis), jax.lax.psum(1, axis)
@@ -73,112 +85,105 @@ def attention_local(q: jax.Array, k: jax.Array, v: jax.Array, method: Method = "
     return out.transpose(0, 3, 1, 2, 4).reshape(b, t, n, h).astype(q.dtype)  # [B, t, N, H]
 
 
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mesh, method: Method = "ring") -> jax.Array:
-    """Global q [B, T, N, H], k/v [B, T, K, H] split on T -> causal attention [B, T, N, H]."""
-    _check_method(method)
-    n_dev = mesh.shape[AXIS]
-    if q.shape[1] % n_dev or k.shape[1] != q.shape[1]:
-        raise ValueError(f"sequence length {q.shape[1]} (keys {k.shape[1]}) must be equal and a multiple "
-                         f"of the '{AXIS}' axis size {n_dev}")
-    spec = P(None, AXIS)  # check_vma=False as in make_loss_and_grads, so both run the same body
-    f = compat.shard_map(lambda *a: attention_local(*a, method=method), mesh=mesh, in_specs=(spec,) * 3,
-                         out_specs=spec, check_vma=False)
-    return f(*(jax.device_put(a, NamedSharding(mesh, spec)) for a in (q, k, v)))  # no-op when already placed
+@register
+@dataclass(frozen=True)
+class SequenceParallel(Scheme):
+    """The sequence split over ``axis``; attention by ``method`` ("ring" or "all_gather")."""
 
+    name = "sequence"
+    section = "5 (context parallelism), 4.7.1"
+    check_vma = False  # the step psums the replicated weights' gradients itself (with the check on, JAX would too)
 
-def _attention_block(cfg: TransformerConfig, p: dict, x: jax.Array, method: Method) -> jax.Array:
-    """``model.attention_block`` for a chunk x [B, t, D]: RoPE at global positions, sharded attention."""
-    y = model.norm(x, p["attn_norm"], p.get("attn_norm_bias"), cfg.norm_eps)  # [B, t, D]
-    q = jnp.einsum("btd,dnh->btnh", y, p["wq"])  # [B, t, N, H]
-    k = jnp.einsum("btd,dkh->btkh", y, p["wk"])  # [B, t, K, H]
-    v = jnp.einsum("btd,dkh->btkh", y, p["wv"])  # [B, t, K, H]
-    if cfg.qkv_bias:
-        q, k, v = q + p["bq"], k + p["bk"], v + p["bv"]  # broadcast over [B, t]
-    positions = jax.lax.axis_index(AXIS) * x.shape[1] + jnp.arange(x.shape[1])  # [t]
-    q, k = model.rope(q, positions, cfg.rope_theta), model.rope(k, positions, cfg.rope_theta)  # [B, t, N|K, H]
-    out = jnp.einsum("btnh,nhd->btd", attention_local(q, k, v, method), p["wo"])  # [B, t, D]
-    return out + p["bo"] if cfg.o_bias else out
+    method: Method = "ring"
+    axis: str = "seq"
 
+    def __post_init__(self) -> None:
+        _check_method(self.method)
 
-def shard_state(state: train.TrainState, mesh) -> train.TrainState:
-    """Every weight and Adam moment (any pytree) is replicated: only the sequence is split."""
-    return jax.device_put(state, NamedSharding(mesh, P()))
+    @property
+    def mesh_axes(self) -> tuple[str, ...]:
+        return (self.axis,)
 
-
-def make_loss_and_grads(cfg: TransformerConfig, mesh, method: Method = "ring"):
-    """``f(params, tokens [B, T+1]) -> (loss, grads)`` with T split over the ``seq`` axis."""
-    _check_method(method)
-    n_dev = mesh.shape[AXIS]
-
-    def body(params, inputs, targets):  # inputs, targets [B, t]
-        n_global = inputs.size * n_dev
-
-        def local_loss(params):
-            x = params["embed"][inputs]  # [B, t, D]
-            for i in range(cfg.n_layers):
-                p = jax.tree.map(lambda a: a[i], params["layers"])
-                x = x + _attention_block(cfg, p, x, method)  # [B, t, D]
-                x = x + model.mlp_block(cfg, p, x)  # [B, t, D] purely local
-            if cfg.final_norm:
-                x = model.norm(x, params["final_norm"], params.get("final_norm_bias"), cfg.norm_eps)  # [B, t, D]
-            w_out = params["embed"].T if cfg.tied_embeddings else params["unembed"]  # [D, V]
-            logp = jax.nn.log_softmax((x @ w_out).astype(jnp.float32), axis=-1)  # [B, t, V]
-            return -jnp.take_along_axis(logp, targets[..., None], axis=-1).sum() / n_global
-
-        loss, grads = jax.value_and_grad(local_loss)(params)
-        return jax.lax.psum((loss, grads), AXIS)  # all-reduce: every device saw other tokens
-
-    def loss_and_grads(params, tokens):
-        t = tokens.shape[1] - 1
-        if t % n_dev:
-            raise ValueError(f"sequence length {t} (tokens [B, T+1]) must be a multiple of the '{AXIS}' "
+    def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
+        n_dev = mesh_shape[self.axis]
+        if seq_len % n_dev:
+            raise ValueError(f"sequence length {seq_len} (tokens [B, T+1]) must be a multiple of the '{self.axis}' "
                              f"axis size {n_dev}")
-        put = lambda a: jax.device_put(a, NamedSharding(mesh, P(None, AXIS)))  # noqa: E731
-        # check_vma=False: we psum the replicated weights' grads ourselves; with the check on, JAX sums
-        # them already (transpose of its implicit pvary) and the psum doubles them (seen in testing).
-        f = compat.shard_map(body, mesh=mesh, in_specs=(P(), P(None, AXIS), P(None, AXIS)), out_specs=(P(), P()),
-                             check_vma=False)
-        return f(jax.device_put(params, NamedSharding(mesh, P())), put(tokens[:, :-1]), put(tokens[:, 1:]))
-
-    return loss_and_grads
 
 
-def make_step(cfg: TransformerConfig, mesh, method: Method = "ring", hp: train.Adam = train.Adam()):
-    """``step(state, tokens) -> (state, loss)``, equal to ``train.make_step(cfg, hp)``."""
-    loss_and_grads = make_loss_and_grads(cfg, mesh, method)
+    def param_rules(self, mesh_shape: MeshShape) -> specs.Rules:
+        return specs.REPLICATED
 
-    def step(state: train.TrainState, tokens: jax.Array):
-        loss, grads = loss_and_grads(state.params, tokens)
-        params, opt = train.adam_update(hp, grads, state.opt, state.params)
-        return train.TrainState(params, opt), loss
+    def token_spec(self, mesh_shape: MeshShape) -> P:
+        return P()
 
-    return step
+    def hooks(self, chunk: int) -> model.LayerHooks:
+        """Layer hooks for a chunk of ``chunk`` positions: RoPE at global positions, sharded attention."""
+        axis, method = self.axis, self.method
+        return model.LayerHooks(
+            attention_fn=lambda q, k, v, causal=True: attention_local(q, k, v, method, axis, causal),
+            positions=lambda t: jax.lax.axis_index(axis) * chunk + jnp.arange(t))
 
+    def attention(self, q: jax.Array, k: jax.Array, v: jax.Array, mesh: jax.sharding.Mesh) -> jax.Array:
+        """Global q [B, T, N, H], k/v [B, T, K, H] split on T -> causal attention [B, T, N, H]."""
+        n_dev = mesh.shape[self.axis]
+        if q.shape[1] % n_dev or k.shape[1] != q.shape[1]:
+            raise ValueError(f"sequence length {q.shape[1]} (keys {k.shape[1]}) must be equal and a multiple "
+                             f"of the '{self.axis}' axis size {n_dev}")
+        spec = P(None, self.axis)  # check_vma=False as in the step, so both run the same body
+        f = compat.shard_map(lambda q_, k_, v_: attention_local(q_, k_, v_, self.method, self.axis), mesh=mesh,
+                             in_specs=(spec,) * 3, out_specs=spec, check_vma=False)
+        return f(*(jax.device_put(a, NamedSharding(mesh, spec)) for a in (q, k, v)))  # no-op when already placed
 
-def predicted_collectives(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int, method: Method = "ring",
-                          bytes_per_elem: int = 4) -> tuple[Collective, ...]:
-    """Per step, with L layers and a K/V block of B (T/X) K H elements: see the module docstring."""
-    block = batch * seq_len // n_devices * cfg.n_kv_heads * cfg.head_dim * bytes_per_elem
-    n_params = model.param_count(jax.eval_shape(lambda: model.init(jax.random.key(0), cfg)))
-    reduce = Collective("all_reduce", (AXIS,), (n_params + 1) * bytes_per_elem, 1, phase="backward")
-    L = cfg.n_layers
-    if method == "all_gather":
-        return (Collective("all_gather", (AXIS,), block * n_devices, 2 * L, phase="forward"),
-                Collective("reduce_scatter", (AXIS,), block, 2 * L, phase="backward"), reduce)
-    hops = 2 * (n_devices - 1) * L  # K and V, X - 1 hops, every layer
-    return (Collective("collective_permute", (AXIS,), block, hops, phase="forward"),
-            Collective("collective_permute", (AXIS,), block, hops, phase="backward"), reduce)
+    def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
+        axis, n_dev = self.axis, mesh_shape[self.axis]
 
+        def local(params: Any, tokens: jax.Array) -> tuple[jax.Array, Any]:  # tokens [B, T+1] whole
+            self.check_batch(tokens.shape[0], tokens.shape[1] - 1, mesh_shape)
+            t = (tokens.shape[1] - 1) // n_dev
+            start = jax.lax.axis_index(axis) * t
+            inputs = jax.lax.dynamic_slice_in_dim(tokens[:, :-1], start, t, axis=1)  # [B, t] my chunk
+            targets = jax.lax.dynamic_slice_in_dim(tokens[:, 1:], start, t, axis=1)  # [B, t]
+            n_global = inputs.size * n_dev
+            hooks = self.hooks(t)
 
-def predicted_memory_bytes(cfg: TransformerConfig, n_devices: int, batch: int, seq_len: int,
-                           dtype_bytes: int = 4) -> MemoryPrediction:
-    """Per-device bytes as ``shard_state`` and ``make_step`` lay them out.
+            def local_loss(params: Any) -> jax.Array:
+                x = params["embed"][inputs]  # [B, t, D]
+                x = model.run_layers(cfg, x, lambda i: model.layer_params(params, i), hooks=hooks)  # [B, t, D]
+                return model.token_nll(cfg, params, x, targets).sum() / n_global
 
-    Only activations are split over the sequence: every weight, Adam moment and the int32 step
-    counter is replicated. The tokens [B, T+1] also arrive replicated (the step slices inputs and
-    targets and splits them itself), so each device holds all B (T+1) of them.
-    """
-    if seq_len % n_devices:
-        raise ValueError(f"sequence length {seq_len} must be a multiple of the '{AXIS}' axis size {n_devices}")
-    per_device = sum(math.prod(x.shape) for x in jax.tree.leaves(param_shapes(cfg)))
-    return memory_from_counts(per_device, batch, seq_len, dtype_bytes=dtype_bytes)
+            loss, grads = jax.value_and_grad(local_loss)(params)
+            return jax.lax.psum((loss, grads), axis)  # all-reduce: every device saw other tokens
+
+        return local
+
+    def predicted_collectives(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int,
+                              seq_len: int) -> tuple[Collective, ...]:
+        """Per step, with L layers and a K/V block of B (T/X) K H elements: see the module docstring."""
+        self.check(cfg, mesh_shape, batch, seq_len)
+        n_devices = mesh_shape[self.axis]
+        block = batch * seq_len // n_devices * cfg.n_kv_heads * cfg.head_dim * 4
+        weights_and_loss = (n_elements(model.param_shapes(cfg)) + 1) * 4
+        reduce = Collective("all_reduce", (self.axis,), weights_and_loss, 1, phase="backward")
+        n_layers = cfg.n_layers
+        if self.method == "all_gather":
+            return (Collective("all_gather", (self.axis,), block * n_devices, 2 * n_layers, phase="forward"),
+                    Collective("reduce_scatter", (self.axis,), block, 2 * n_layers, phase="backward"), reduce)
+        hops = 2 * (n_devices - 1) * n_layers  # K and V, X - 1 hops, every layer
+        return (Collective("collective_permute", (self.axis,), block, hops, phase="forward"),
+                Collective("collective_permute", (self.axis,), block, hops, phase="backward"), reduce)
+
+    def step_flops(self, cfg: TransformerConfig, mesh_shape: MeshShape, batch: int, seq_len: int) -> StepFlops:
+        """Per device: every matmul on its B T / X tokens, each query against all T keys (the ring folds
+        the masked blocks too), and Adam on every (replicated) weight."""
+        self.check(cfg, mesh_shape, batch, seq_len)
+        local = batch * seq_len // mesh_shape[self.axis]
+        matmuls = fl.forward_flops(cfg, local, seq_len, moe_compute="dense").scaled(3.0)
+        return StepFlops(matmuls, adam_flops(n_elements(model.param_shapes(cfg))))
+
+    @classmethod
+    def layer_comms_s(cls, t: LayerTerms) -> tuple[float, float]:
+        """In section 5's MLP-only layer, tokens are tokens: the sequence split is data parallelism (a
+        backward AllReduce of V_w over the axes holding different tokens). Attention's K/V exchange is
+        outside that model."""
+        return 0.0, t.time_s("all_reduce", t.weight_bytes, t.layout.data_axes)

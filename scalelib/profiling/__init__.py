@@ -18,8 +18,9 @@
 
 from scalelib.profiling.estimate import EinsumEstimate, sharded_einsum_time
 from scalelib.profiling.layout import MEMORY_SPACES, Layout, padded_shape, padding_ratio, parse_layout, tiled_offsets
-from scalelib.profiling.programs import HloOp, ProgramSummary, Timing, hlo_ops, jaxpr_primitive_counts, program_summary, time_jitted
+from scalelib.profiling.programs import (HloOp, ProgramSummary, Timing, hlo_ops, jaxpr_primitive_counts,
+                                         program_summary, time_jitted)
 
-__all__ = ["EinsumEstimate", "sharded_einsum_time", "MEMORY_SPACES", "Layout", "padded_shape", "padding_ratio",
-           "parse_layout", "tiled_offsets", "HloOp", "ProgramSummary", "Timing", "hlo_ops", "jaxpr_primitive_counts",
-           "program_summary", "time_jitted"]
+__all__ = ["MEMORY_SPACES", "EinsumEstimate", "HloOp", "Layout", "ProgramSummary", "Timing", "hlo_ops",
+           "jaxpr_primitive_counts", "padded_shape", "padding_ratio", "parse_layout", "program_summary",
+           "sharded_einsum_time", "tiled_offsets", "time_jitted"]

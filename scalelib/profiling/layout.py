@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ MEMORY_SPACES = {0: "HBM", 1: "VMEM"}  # other S(n) numbers are further on-chip 
 # ------------------------------------------------------------------ tiled memory layouts
 
 
-def _positive_ints(values, what: str) -> tuple[int, ...]:
+def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
     out = tuple(int(v) for v in values)
     if not out or any(v < 1 or v != w for v, w in zip(out, values)):
         raise ValueError(f"{what} must be a non-empty list of positive integers, got {list(values)!r}")
@@ -52,7 +52,8 @@ def _padded_elements(shape: Sequence[int], tiles: Sequence[Sequence[int]]) -> in
 
 def padding_ratio(shape: Sequence[int], tile: Sequence[int] | Sequence[Sequence[int]]) -> float:
     """Stored over real elements of a row-major array tiled by ``tile`` (or nested tiles)."""
-    tiles = [tuple(t) for t in tile] if tile and isinstance(tile[0], (tuple, list)) else [tuple(tile)]
+    nested = bool(tile) and isinstance(tile[0], (tuple, list))
+    tiles = [tuple(t) for t in cast(Sequence[Sequence[int]], tile)] if nested else [tuple(cast(Sequence[int], tile))]
     real = math.prod(shape)
     if real == 0:
         raise ValueError(f"shape {tuple(shape)} has no elements, so it has no padding ratio")
@@ -76,7 +77,7 @@ def tiled_offsets(shape: Sequence[int], tiles: Sequence[Sequence[int]]) -> np.nd
         t = tiles[level]
         if len(t) > len(dims):
             raise ValueError(f"tile {t} has more dims than the shape {dims} it cuts")
-        t = (1,) * (len(dims) - len(t)) + t
+        t = (1,) * (len(dims) - len(t)) + tuple(t)
         grid = tuple(-(-d // s) for d, s in zip(dims, t))
         stride = _padded_elements(t, tiles[level + 1:])
         outer = np.ravel_multi_index((ix // t).T, grid)

@@ -13,8 +13,9 @@ import re
 import statistics
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Callable
 
 from scalelib import hlo
 
@@ -37,7 +38,7 @@ class Timing:
         return min(self.runs_s)
 
 
-def time_jitted(fn, *args, runs: int = 5, warmup: int = 1) -> Timing:
+def time_jitted(fn: Callable, *args: Any, runs: int = 5, warmup: int = 1) -> Timing:
     """Time ``fn(*args)`` (a ``jax.jit`` function): ``warmup`` untimed calls, then ``runs`` timed ones.
 
     Every call is waited for with ``jax.block_until_ready``; JAX dispatches asynchronously, so
@@ -108,7 +109,7 @@ def hlo_ops(hlo_text: str) -> tuple[HloOp, ...]:
     if entry is None:
         raise ValueError("no ENTRY computation found; pass the text of a compiled HLO module")
 
-    def flops(comp: str, seen=()) -> float:
+    def flops(comp: str, seen: tuple[str, ...] = ()) -> float:
         total = 0.0
         for name, _, opcode, rest in comps.get(comp, []):
             total += _op_flops(name, opcode, rest, shapes)
@@ -124,7 +125,7 @@ def hlo_ops(hlo_text: str) -> tuple[HloOp, ...]:
     return tuple(out)
 
 
-def _op_flops(name: str, opcode: str, rest: str, shapes) -> float:
+def _op_flops(name: str, opcode: str, rest: str, shapes: Mapping[str, Any]) -> float:
     if opcode != "dot":
         return 0.0
     operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
@@ -150,7 +151,8 @@ class ProgramSummary:
         return Counter(c.kind for c in self.collectives)
 
 
-def program_summary(jitted, *args, mesh_shape: Mapping[str, int] | None = None, top: int = 5) -> ProgramSummary:
+def program_summary(jitted: Any, *args: Any, mesh_shape: Mapping[str, int] | None = None,
+                    top: int = 5) -> ProgramSummary:
     """Compile ``jitted`` for ``args`` and list its collectives and its ``top`` heaviest ops."""
     compiled = jitted.lower(*args).compile()
     text = compiled.as_text()
@@ -163,14 +165,14 @@ def program_summary(jitted, *args, mesh_shape: Mapping[str, int] | None = None, 
                           float(analysis.get("flops", 0.0)), float(analysis.get("bytes accessed", 0.0)))
 
 
-def jaxpr_primitive_counts(fn, *args) -> Counter:
+def jaxpr_primitive_counts(fn: Callable, *args: Any) -> Counter:
     """How often each primitive occurs in the traced ``fn(*args)``, nested jaxprs included."""
     import jax
     import jax.extend.core as jex_core
 
     counts: Counter = Counter()
 
-    def walk(jaxpr) -> None:
+    def walk(jaxpr: Any) -> None:
         for eqn in jaxpr.eqns:
             counts[eqn.primitive.name] += 1
             for value in eqn.params.values():
@@ -184,7 +186,5 @@ def jaxpr_primitive_counts(fn, *args) -> Counter:
     return counts
 
 
-__all__ = ["EinsumEstimate", "HloOp", "Layout", "ProgramSummary", "Timing", "hlo_ops", "jaxpr_primitive_counts",
-           "padded_shape", "padding_ratio", "parse_layout", "program_summary", "sharded_einsum_time",
-           "tiled_offsets", "time_jitted"]
+__all__ = ["HloOp", "ProgramSummary", "Timing", "hlo_ops", "jaxpr_primitive_counts", "program_summary", "time_jitted"]
 

@@ -8,6 +8,10 @@ Prints, side by side in one run:
 * with --suite: the whole test suite's wall time (the README's test command).
 * with --trace (only that): profiler trace capture and parse times (scalelib.profiling.trace) of a few sharded
   programs on 8 simulated devices; run it in .venv and .venv-floor to compare JAX versions.
+* with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
+  x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
+* with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
+  (tests/benchmarks/serving.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
   against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
 * with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
@@ -16,6 +20,7 @@ Prints, side by side in one run:
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import subprocess
 import sys
@@ -164,52 +169,40 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
 
 def scheme_step_rows(batch: int = 16, seq_len: int = 64) -> list[tuple[str, str, float, float]]:
     """(scheme, mesh, step seconds, single-device step seconds) for the small model on 8 simulated devices."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
     from scalelib import model, train
-    from scalelib.parallel import data, expert, fsdp, fsdp_tp, multislice, pipeline, sequence, tensor
+    from scalelib.parallel.data import DataParallel
+    from scalelib.parallel.expert import ExpertParallel
+    from scalelib.parallel.fsdp import FSDP
+    from scalelib.parallel.fsdp_tp import FSDPTensor
+    from scalelib.parallel.multislice import Multislice
+    from scalelib.parallel.pipeline import Pipeline
+    from scalelib.parallel.sequence import SequenceParallel
+    from scalelib.parallel.tensor import TensorParallel
 
     hp = train.Adam()
-    rows = []
-
-    def timed(name, mesh_desc, cfg, step, state, tokens):
-        ref = jax.jit(train.make_step(cfg, hp))
-        s0, t0 = train.init_state(jax.random.key(0), cfg), train.batch(jax.random.key(1), cfg, batch, seq_len)
-        t_ref = machine.best_time_s(lambda: ref(s0, t0)[1], repeats=5)
-        t_ours = machine.best_time_s(lambda: step(state, tokens)[1], repeats=5)
-        rows.append((name, mesh_desc, t_ours, t_ref))
-
     cfg = model.small_config()
-    state, tokens = train.init_state(jax.random.key(0), cfg), train.batch(jax.random.key(1), cfg, batch, seq_len)
-    for name, mod, shape, names, kw in [
-        ("data", data, (8,), ("data",), {}),
-        ("zero-1", fsdp, (8,), ("data",), {"stage": 1}),
-        ("fsdp (zero-3)", fsdp, (8,), ("data",), {"stage": 3}),
-        ("multislice", multislice, (2, 4), multislice.AXES, {}),
-    ]:
-        mesh = compat.make_mesh(shape, names)
-        s, t = mod.shard_inputs(state, tokens, mesh, **kw)
-        timed(name, "x".join(map(str, shape)), cfg, jax.jit(mod.make_step(cfg, mesh, hp, **kw)), s, t)
     tp_cfg = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)
-    mesh = compat.make_mesh((2, 4), ("data", "model"))
-    s, t = tensor.shard_inputs(train.init_state(jax.random.key(0), tp_cfg), train.batch(jax.random.key(1), tp_cfg, batch, seq_len), mesh)
-    timed("tensor", "2x4", tp_cfg, jax.jit(tensor.make_step(tp_cfg, mesh, hp)), s, t)
-    s, t = fsdp_tp.shard_inputs(train.init_state(jax.random.key(0), tp_cfg), train.batch(jax.random.key(1), tp_cfg, batch, seq_len), mesh)
-    timed("fsdp x tensor", "2x4", tp_cfg, jax.jit(fsdp_tp.make_step(tp_cfg, mesh, hp)), s, t)
-    pp_cfg = model.small_config(n_layers=4)
-    mesh = compat.make_mesh((4,), ("stage",), devices=jax.devices()[:4])
-    timed("pipeline 1f1b", "4", pp_cfg, jax.jit(pipeline.make_step(pp_cfg, mesh, 4, "1f1b", hp)),
-          pipeline.shard_state(train.init_state(jax.random.key(0), pp_cfg), mesh),
-          train.batch(jax.random.key(1), pp_cfg, batch, seq_len))
     moe_cfg = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32)
-    mesh = compat.make_mesh((8,), ("expert",))
-    timed("expert", "8", moe_cfg, jax.jit(expert.make_step(moe_cfg, mesh, 4.0, hp)),
-          expert.shard_state(train.init_state(jax.random.key(0), moe_cfg), mesh),
-          jax.device_put(train.batch(jax.random.key(1), moe_cfg, batch, seq_len), NamedSharding(mesh, P("expert"))))
-    mesh = compat.make_mesh((8,), ("seq",))
-    timed("sequence (ring)", "8", cfg, jax.jit(sequence.make_step(cfg, mesh, "ring", hp)), sequence.shard_state(state, mesh),
-          jax.device_put(tokens, NamedSharding(mesh, P())))
+    rows = []
+    for name, scheme, shape, scheme_cfg in [
+        ("data", DataParallel(), (8,), cfg),
+        ("zero-1", FSDP(stage=1), (8,), cfg),
+        ("fsdp (zero-3)", FSDP(stage=3), (8,), cfg),
+        ("multislice", Multislice(), (2, 4), cfg),
+        ("tensor", TensorParallel(), (2, 4), tp_cfg),
+        ("fsdp x tensor", FSDPTensor(), (2, 4), tp_cfg),
+        ("pipeline 1f1b", Pipeline(4, "1f1b"), (4,), model.small_config(n_layers=4)),
+        ("expert", ExpertParallel(4.0), (8,), moe_cfg),
+        ("sequence (ring)", SequenceParallel("ring"), (8,), cfg),
+    ]:
+        mesh = compat.make_mesh(shape, scheme.mesh_axes, devices=jax.devices()[:math.prod(shape)])
+        s0, t0 = train.init_state(jax.random.key(0), scheme_cfg), train.batch(jax.random.key(1), scheme_cfg, batch, seq_len)
+        ref = jax.jit(train.make_step(scheme_cfg, hp))
+        s, t = scheme.shard_inputs(s0, t0, mesh)
+        step = scheme.make_step(scheme_cfg, mesh, hp)
+        t_ref = machine.best_time_s(lambda: ref(s0, t0)[1], repeats=5)
+        t_ours = machine.best_time_s(lambda: step(s, t)[1], repeats=5)
+        rows.append((name, "x".join(map(str, shape)), t_ours, t_ref))
     return rows
 
 
@@ -253,12 +246,19 @@ def main() -> int:
     parser.add_argument("--suite", action="store_true", help="also time the whole test suite")
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
+    parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
     parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
     parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
+    parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
     args = parser.parse_args()
     if args.shards:
         sharded_class(copies=args.copies or 64, n_shards=args.shards, workers=args.workers)
+        return 0
+    if args.multiprocess:
+        from tests.benchmarks import multiprocess
+
+        multiprocess.report()
         return 0
     if args.grading:
         grading_throughput(copies=args.copies or 16, workers=args.workers)
@@ -268,6 +268,11 @@ def main() -> int:
         print(f"{'program':34s} {'op runs':>8s} {'KiB':>6s} {'1st call (s)':>13s} {'capture (ms)':>13s} {'read (ms)':>10s}")
         for name, n, size, first, cap, rd in trace_rows():
             print(f"{name:34s} {n:8d} {size / 1024:6.0f} {first:13.2f} {cap * 1e3:13.1f} {rd * 1e3:10.1f}")
+        return 0
+    if args.serving:
+        from tests.benchmarks import serving
+
+        serving.main()
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")
     print(f"{'chapter':16s} {'execute (s)':>12s} {'grade 1 nb (s)':>15s}")

@@ -48,7 +48,8 @@ def _lowerable(fn: Callable[..., Any]) -> Any:
                     "wrap it with jax.jit first")
 
 
-def capture(fn: Callable[..., Any], *args: Any, steps: int = 3, warmup: int = 1, directory: str | Path | None = None) -> Capture:
+def capture(fn: Callable[..., Any], *args: Any, steps: int = 3, warmup: int = 1,
+            directory: str | Path | None = None) -> Capture:
     """Trace ``steps`` runs of ``fn(*args)`` (a ``jax.jit`` function) after ``warmup`` untraced ones.
 
     With ``directory`` the trace files stay there (open them with XProf or TensorBoard); without it

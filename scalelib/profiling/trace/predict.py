@@ -52,7 +52,8 @@ def busy_s(op: OpRun) -> float:
     return op.duration_s - op.wait_s
 
 
-def predicted_vs_measured(trace: Trace, roofline: MeasuredRoofline, step: int | None = None) -> tuple[OpPrediction, ...]:
+def predicted_vs_measured(trace: Trace, roofline: MeasuredRoofline,
+                          step: int | None = None) -> tuple[OpPrediction, ...]:
     """Every op with known FLOPs or bytes, measured against its roofline time; longest measured first.
 
     Needs a trace read with the compiled HLO (``read(capture)`` or ``read(..., hlo_text=...)``).

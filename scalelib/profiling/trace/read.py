@@ -26,6 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scalelib import compat
 from scalelib.profiling.trace.capture import Capture
@@ -83,7 +84,7 @@ class Trace:
     @property
     def median_step(self) -> int:
         """The step of median length (first op to last op over all devices): a typical step to look at."""
-        spans = {}
+        spans: dict[int, tuple[float, float]] = {}
         for op in self.ops:
             lo, hi = spans.get(op.step, (op.start_s, op.end_s))
             spans[op.step] = (min(lo, op.start_s), max(hi, op.end_s))
@@ -118,7 +119,7 @@ def _load(source: bytes | str | os.PathLike) -> tuple[bytes, str]:
     return path.read_bytes(), str(path)
 
 
-def _events(pd) -> list[dict]:
+def _events(pd: Any) -> list[dict]:
     """Every XLA op event of a parsed XSpace, as mutable dicts (module, device, run, times, waits)."""
     ops: list[dict] = []
     for plane in pd.planes:

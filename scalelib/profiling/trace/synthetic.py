@@ -71,8 +71,9 @@ def device_trace(ops: Sequence[OpTime], module: str = "jit_step", platform: str 
         lanes = _lanes(mine)
         if platform == "TPU" and max(lanes) > 0:
             first = mine[lanes.index(1)]
-            raise ValueError(f"op {first[2]!r} of TPU core {device} starts before the op before it ends; a core runs "
-                             "its ops one at a time (write a collective as -start and -done ops), or use platform='GPU'")
+            raise ValueError(f"op {first[2]!r} of TPU core {device} starts before the op before it ends; a core "
+                             "runs its ops one at a time (write a collective as -start and -done ops), "
+                             "or use platform='GPU'")
         lines = [f'lines {{ id: 1 name: "XLA Modules" timestamp_ns: 0 {" ".join(runs)} }}']
         for lane in range(max(lanes) + 1):
             events = " ".join(event(o[2], o[3], o[4], platform == "GPU") for o, k in zip(mine, lanes) if k == lane)

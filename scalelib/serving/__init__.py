@@ -1,0 +1,36 @@
+"""A small serving engine for ``scalelib.model``: continuous batching, paged and prefix KV caches.
+
+Book: "How to Scale Your Model", section 7.4 (the serving engine) and section 8 (serving
+LLaMA 3-70B). ``scalelib.inference`` prices these ideas; this package runs them. One module per
+idea, each readable in one sitting:
+
+* ``request``: a request and its sampling parameters, checked when made.
+* ``sampling``: greedy / temperature / top-k / top-p picks, keyed by seed and token position.
+* ``blocks``: the pool of KV blocks with reference counts.
+* ``prefix_cache``: chained block hashes, reuse of cached prefixes, LRU eviction, hit statistics.
+* ``paged``: the jitted model step that reads keys and values through block tables.
+* ``scheduler``: waiting and running queues, the token budget, chunked prefill, preemption.
+* ``engine``: the loop that ties them together and records every step.
+* ``static``: static batching on the same step, the baseline continuous batching is measured against.
+* ``speculative``: draft-and-verify decoding that keeps the target's distribution exactly.
+* ``metrics`` and ``plots``: time to first token, time per output token, throughput, pictures.
+* ``cost``: chapter 7's step-time model on the measured machine, beside the engine's step times.
+"""
+
+from scalelib.serving import (
+                              blocks,
+                              cost,
+                              engine,
+                              metrics,
+                              paged,
+                              plots,
+                              prefix_cache,
+                              request,
+                              sampling,
+                              scheduler,
+                              speculative,
+                              static,
+)
+
+__all__ = ["blocks", "cost", "engine", "metrics", "paged", "plots", "prefix_cache", "request", "sampling",
+           "scheduler", "speculative", "static"]
