@@ -493,6 +493,53 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
     out = decode.cached_attention(q[:, None], k_cache, v_cache, jnp.reshape(length, (1,)))
     return out[:, 0], k_cache, v_cache
 """,
+        "ch07-block-allocator": """
+def _as_pool(state):
+    # the same pool as a srv.blocks.BlockPool: take every block, then give the free ones back in their order
+    pool = srv.blocks.BlockPool(len(state["refcount"]), 1)
+    pool.allocate(pool.num_blocks)
+    for b in state["free"]:
+        pool.release(b, keep=True)
+    for b, count in enumerate(state["refcount"]):
+        for _ in range(count - 1):
+            pool.share(b)
+    return pool
+
+def _as_state(pool):
+    return {"free": pool.free_order, "refcount": list(pool.refcount)}
+
+def pool_allocate(state, n):
+    pool = _as_pool(state)
+    if n > pool.num_free:
+        return state, None
+    blocks = pool.allocate(n)
+    return _as_state(pool), blocks
+
+def pool_share(state, blocks):
+    pool = _as_pool(state)
+    for b in blocks:
+        pool.share(b)
+    return _as_state(pool)
+
+def pool_release(state, blocks):
+    pool = _as_pool(state)
+    for b in blocks:
+        pool.release(b, keep=True)
+    return _as_state(pool)
+""",
+        "ch07-schedule-step": """
+def schedule_step(running, waiting, token_budget, max_running, free_blocks, block_size):
+    plan = srv.scheduler.plan_step([srv.scheduler.SeqView(*s) for s in running],
+                                   [srv.scheduler.SeqView(i, 0, total, 0) for i, total in waiting],
+                                   token_budget=token_budget, max_running=max_running, free_blocks=free_blocks,
+                                   block_size=block_size)
+    return [[int(i), int(n)] for i, n in plan.scheduled], [int(i) for i in plan.preempted]
+""",
+        "ch07-spec-accept": """
+def speculative_accept(p, q, draft, u, v):
+    n_acc, nxt = srv.speculative.verify(np.asarray(p), np.asarray(q), np.asarray(draft), np.asarray(u), v)
+    return int(n_acc), int(nxt)
+""",
     },
     "08_serving_llama3": {
         "ch08-flops-per-dollar": """
