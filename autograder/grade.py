@@ -255,8 +255,24 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
     finally:
         shared.pool.close()
         shared.context.ready.wait(timeout=limits.notebook_timeout_s)  # no instructor code left running at exit
+        _report_instructor_problems(shared.context, out_dir / "logs" / report.INSTRUCTOR_LOG, say)
     secs = time.perf_counter() - start
     say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
+
+
+def _report_instructor_problems(context: TrustedContext, log: Path, say: _Say) -> None:
+    """Cells of the instructor's notebook that raised in the grader's own run: a demo value they bind is missing
+    and a test cell among them cannot judge anyone, so the instructor hears of it (and ``logs/`` keeps it)."""
+    problems = list(context.problems)
+    if context.error is not None:
+        problems.append(f"the run stopped: {type(context.error).__name__}: {context.error}"[:300])
+    if not problems:
+        log.unlink(missing_ok=True)
+        return
+    report.atomic_write(log, "\n".join(problems) + "\n")
+    say(f"!! {len(problems)} cell(s) of the instructor's notebook failed in the grader's run (see {log}):")
+    for line in problems[:5]:
+        say(f"!!   {line}")
 
 
 __all__ = ["GRADER_VERSION", "STATUSES", "Status", "StudentResult", "Unsandboxed", "grade"]

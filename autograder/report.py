@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from autograder import align, submissions
     from autograder.results import StudentResult
 
+INSTRUCTOR_LOG = "instructor.log"  # under logs/: cells of the instructor's notebook that raised in the grader's run
+
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
     """Write ``text`` to ``path`` all at once (a reader sees the old file or the new one), readable by others

@@ -130,6 +130,10 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
             for sub, name in files:
                 if (s.folder / sub / name).exists():
                     shutil.copyfile(s.folder / sub / name, out_dir / sub / name)
+    # every shard ran the same instructor notebook: its failed cells, if any, once
+    logged = [log for log in (s.folder / "logs" / report.INSTRUCTOR_LOG for s in usable) if log.exists()]
+    if logged:
+        shutil.copyfile(logged[0], out_dir / "logs" / report.INSTRUCTOR_LOG)
     manifests = {(s.folder / "submissions.csv").read_bytes() for s in usable if (s.folder / "submissions.csv").exists()}
     if len(manifests) > 1:
         raise MergeError("the shards read different exports (their submissions.csv differ): grade every shard from "

@@ -7,7 +7,7 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder import course, grade
+from autograder import course, grade, report
 from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
@@ -53,6 +53,11 @@ def test_full_marks_for_a_complete_answer(graded):
     results, rows, _ = graded
     assert results["alice"].status == "graded"
     assert results["alice"].score == results["alice"].max_score > 0
+
+
+def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
+    _, _, out = graded
+    assert not (out / "logs" / report.INSTRUCTOR_LOG).exists(), (out / "logs" / report.INSTRUCTOR_LOG).read_text()
 
 
 def test_untouched_notebook_scores_zero(graded):
