@@ -22,6 +22,8 @@ from jupyter_client.manager import KernelManager
 
 from autograder import inkernel, sandbox
 
+SANDBOX_TEARDOWN_S = 30.0  # how long closing waits for a launcher to reap a namespace its sandbox killed
+
 
 class KernelDied(RuntimeError):
     pass
@@ -147,7 +149,8 @@ class KernelSession:
             return ""
 
     def alive(self) -> bool:
-        return self.km.is_alive()
+        """The kernel runs and its sandbox has not killed it (a killed namespace may linger a while)."""
+        return self.km.is_alive() and not sandbox.kill_note(self.scratch).exists()
 
     def _check_channels(self) -> None:
         for mon in self._monitors:
@@ -265,9 +268,15 @@ class KernelSession:
             mon.close(linger=0)
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
+        note = sandbox.kill_note(self.scratch)
+        if note.exists():  # its launcher is reaping the namespace; left to finish, it removes its memory cgroup
+            end = time.monotonic() + SANDBOX_TEARDOWN_S
+            while self.km.is_alive() and time.monotonic() < end:
+                time.sleep(0.1)
         self.kill()
         with contextlib.suppress(Exception):
             self.km.cleanup_resources()
         sandbox.remove_left_cgroup(self.scratch)
+        note.unlink(missing_ok=True)
         self._log.close()
         self._ctx.destroy(linger=0)

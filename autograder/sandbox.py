@@ -332,13 +332,15 @@ class _StderrTap:
 
 
 def _watch(pid: int, max_procs: int, memory_bytes: int | None, tap: _StderrTap | None,
-           group: cgroups.MemoryGroup | None = None, poll_s: float = 0.1) -> int | None:
+           group: cgroups.MemoryGroup | None = None, poll_s: float = 0.1, note: Path | None = None) -> int | None:
     """Wait for the sandbox's PID 1; kill it (and with it its whole namespace) past ``max_procs`` processes, or,
     where no memory cgroup limits the sandbox, past ``memory_bytes`` of resident memory in all its processes.
 
     RLIMIT_NPROC cannot cap processes: it is not enforced for a grader run as root, and counts the grader's
     own threads otherwise. A fork bomb is stopped within one poll (the sandbox's memory cgroup lists its
-    processes; without one, /proc is scanned for the PID namespace).
+    processes; without one, /proc is scanned for the PID namespace). The reason goes to ``note`` first: a
+    namespace of a hundred copies of a kernel that imported JAX takes seconds to die (longer than a cell's time
+    limit on a loaded machine), and the grader reads the note instead of waiting for this launcher to exit.
     """
     try:
         ns = os.readlink(f"/proc/{pid}/ns/pid")
@@ -362,6 +364,9 @@ def _watch(pid: int, max_procs: int, memory_bytes: int | None, tap: _StderrTap |
             elif memory_bytes and _resident_bytes(members) > memory_bytes:
                 why = f"over the memory limit of {memory_bytes // 2**20} MB (all its processes together)"
             if why:
+                if note is not None:
+                    with contextlib.suppress(OSError):
+                        note.write_text(why)
                 print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
                 os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills every process in it
                 killed = True
@@ -380,6 +385,8 @@ def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     cmd = argv[argv.index("--") + 1:]
+    killed = kill_note(Path(cfg["scratch"]))
+    killed.unlink(missing_ok=True)
     # If the grader dies (killed, out of memory), so does this launcher, and with it the kernel (PDEATHSIG too):
     # no student code outlives the run that started it.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -420,7 +427,7 @@ def main(argv: list[str]) -> int:
             kept = True  # this launcher stays in the group; the grader removes it after the launcher exits
     tap = _StderrTap(read_end)
     memory_bytes = None if group is not None else int(cfg.get("memory_mb") or 0) * 2**20 or None
-    status = _watch(pid, int(cfg.get("max_procs", 128)), memory_bytes, tap, group)
+    status = _watch(pid, int(cfg.get("max_procs", 128)), memory_bytes, tap, group, note=killed)
     tap.close()
     if group is not None:
         if group.oom_kills():
@@ -441,6 +448,12 @@ def cgroup_note(scratch: Path) -> Path:
     """Where a launcher notes its memory cgroup until it removes it: beside the scratch folder, out of the
     sandbox's sight."""
     return scratch.parent / f".{scratch.name}.cgroup"
+
+
+def kill_note(scratch: Path) -> Path:
+    """Where a launcher says why it killed its sandbox, at the moment it does (the namespace may take seconds to
+    die): beside the scratch folder, out of the sandbox's sight."""
+    return scratch.parent / f".{scratch.name}.killed"
 
 
 def remove_left_cgroup(scratch: Path) -> None:

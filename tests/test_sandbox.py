@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +130,28 @@ def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
     finally:
         session.close()
     assert not cgroups.groups_made() - before
+
+
+def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_path):
+    """A namespace of a hundred forks of a kernel that imported JAX takes seconds to die, longer than a cell's
+    limit on a loaded machine; the grader learns of the kill from the launcher's note, not from its exit, so the
+    cell ends as a crash (not a time-out), and closing still leaves no note and no memory cgroup behind."""
+    from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+
+    scratch = tmp_path / "scratch"
+    session = KernelSession(scratch, Limits(memory_mb=6144), tmp_path / "kernel.log")
+    try:
+        assert session.run("import jax, jax.numpy as jnp\nx = jnp.ones(3) + 1", timeout=120).ok
+        note = sandbox.cgroup_note(scratch)
+        group = Path(note.read_text()) if note.exists() else None  # this kernel's own memory cgroup, if any
+        with pytest.raises(KernelDied) as died:
+            session.run("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                        "        time.sleep(0.01)\n", timeout=120)
+        assert not isinstance(died.value, KernelTimedOut)
+        assert "more than 128 processes" in session.log_tail()
+        assert sandbox.kill_note(scratch).read_text() == "more than 128 processes"  # what alive() reads
+        assert not session.alive()
+    finally:
+        session.close()
+    assert not sandbox.kill_note(scratch).exists()
+    assert group is None or not group.exists(), group
