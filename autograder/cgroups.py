@@ -102,6 +102,35 @@ def groups_made() -> set[Path]:
     return {p for _, home in _candidates() for p in home.glob("scalelib-grader-*")}
 
 
+def _creator_alive(group: Path) -> bool:
+    """Whether the launcher that made ``group`` (its pid is in the name) still runs; True when unsure."""
+    try:
+        pid = int(group.name.split("-")[2])
+    except (IndexError, ValueError):
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def sweep() -> int:
+    """Remove the empty groups of launchers that are gone; returns how many. A launcher killed while its sandbox's
+    namespace is still being reaped (a fork bomb's hundred processes can take longer than a close waits) cannot
+    remove its group, and nor can the grader until the last process is gone: the next close or run does."""
+    removed = 0
+    for path in groups_made():
+        if _creator_alive(path):
+            continue
+        with contextlib.suppress(OSError):
+            path.rmdir()  # refused while a process is still in it
+            removed += 1
+    return removed
+
+
 def create(limit_bytes: int) -> MemoryGroup | None:
     """A new memory cgroup limited to ``limit_bytes`` (swap included where the host counts it), or None."""
     for version, home in _candidates():

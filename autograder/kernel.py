@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 from jupyter_client.manager import KernelManager
 
-from autograder import inkernel, sandbox
+from autograder import cgroups, inkernel, sandbox
 
 SANDBOX_TEARDOWN_S = 30.0  # how long closing waits for a launcher to reap a namespace its sandbox killed
 
@@ -277,6 +277,7 @@ class KernelSession:
         with contextlib.suppress(Exception):
             self.km.cleanup_resources()
         sandbox.remove_left_cgroup(self.scratch)
+        cgroups.sweep()  # groups that earlier closes had to leave while their processes were still dying
         note.unlink(missing_ok=True)
         self._log.close()
         self._ctx.destroy(linger=0)

@@ -135,7 +135,8 @@ def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
 def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_path):
     """A namespace of a hundred forks of a kernel that imported JAX takes seconds to die, longer than a cell's
     limit on a loaded machine; the grader learns of the kill from the launcher's note, not from its exit, so the
-    cell ends as a crash (not a time-out), and closing still leaves no note and no memory cgroup behind."""
+    cell ends as a crash (not a time-out). Closing leaves no note, and no memory cgroup once its processes are
+    gone (removed by the launcher, by close, or by the next close's sweep)."""
     from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
 
     scratch = tmp_path / "scratch"
@@ -154,4 +155,28 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
     finally:
         session.close()
     assert not sandbox.kill_note(scratch).exists()
+    if group is not None and group.exists():  # its processes outlived the wait in close (a loaded machine)
+        members = cgroups.MemoryGroup(group, 0, group.parent).members
+        for _ in range(600):
+            if not members():
+                break
+            time.sleep(0.5)
+        cgroups.sweep()  # what the next close or run does
     assert group is None or not group.exists(), group
+
+
+def test_sweep_removes_only_empty_groups_of_launchers_that_are_gone():
+    if cgroups.available():
+        pytest.skip(cgroups.available())
+    made = subprocess.run([sys.executable, "-c", "from autograder import cgroups; print(cgroups.create(2**26).path)"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    orphan = Path(made.stdout.strip())  # its creator has exited
+    mine = cgroups.create(2**26)  # this process made it, and runs
+    assert mine is not None and orphan.exists()
+    try:
+        cgroups.sweep()
+        assert not orphan.exists() and mine.path.exists()
+    finally:
+        mine.remove()
+        if orphan.exists():
+            orphan.rmdir()
