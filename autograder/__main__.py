@@ -1,4 +1,4 @@
-"""python -m autograder {release,check,grade} — see README.md ("For instructors")."""
+"""python -m autograder {release,check,grade,merge,doctor} — see README.md ("For instructors")."""
 
 from __future__ import annotations
 
@@ -22,16 +22,52 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("path", type=Path, help="folder or .zip of submitted notebooks")
     gr.add_argument("--chapter", required=True, help="e.g. 01_rooflines (or 01)")
     gr.add_argument("--out", type=Path, default=Path("grading-output"), help="where grades.csv and feedback/ go")
-    gr.add_argument("--roster", type=Path, help="CSV with a 'student' column (optional: name, id, email, aliases)")
+    gr.add_argument("--roster", type=Path,
+                    help="CSV with a 'student' column (optional: name, id, sis_id, login, section, email, aliases)")
     gr.add_argument("--workers", type=int, default=None, help="kernels side by side (default: number of cores)")
     gr.add_argument("--force", action="store_true", help="re-grade students already graded in --out")
     gr.add_argument("--cell-timeout", type=float, help="seconds per cell (default: pyproject cell-timeout-s)")
-    gr.add_argument("--notebook-timeout", type=float, help="seconds per notebook (default: pyproject notebook-timeout-s)")
-    gr.add_argument("--memory-mb", type=int, help="address-space limit per kernel in MB, 0 for none (default: pyproject memory-mb)")
+    gr.add_argument("--notebook-timeout", type=float,
+                    help="seconds per notebook (default: pyproject notebook-timeout-s)")
+    gr.add_argument("--memory-mb", type=int,
+                    help="memory limit per kernel sandbox in MB, 0 for none (default: pyproject memory-mb)")
     gr.add_argument("--nbgrader-course", type=Path,
                     help="nbgrader course folder whose gradebook.db receives the grades (default: OUT/nbgrader)")
-    gr.add_argument("--max-output-bytes", type=int, help="text output kept per notebook (default: pyproject max-output-bytes)")
+    gr.add_argument("--max-output-bytes", type=int,
+                    help="text output kept per notebook (default: pyproject max-output-bytes)")
+    gr.add_argument("--allow-unsandboxed", action="store_true",
+                    help="grade even where no OS sandbox is available (student code then runs as you)")
+    gr.add_argument("--shard", help="K/N: grade only shard K of N of the class (join the outputs with `merge`)")
+    lms_help = "also write canvas.csv for Canvas's gradebook import (needs --roster)"
+    gr.add_argument("--lms", choices=["canvas"], help=lms_help)
+    gr.add_argument("--lms-assignment", help="the assignment column for --lms, e.g. 'Chapter 1 (12345)' with Canvas's "
+                                             "assignment id (default: the chapter's name)")
+    mg = sub.add_parser("merge", help="join the outputs of `grade --shard K/N` runs into one class")
+    mg.add_argument("shards", nargs="+", type=Path, help="the shards' --out folders")
+    mg.add_argument("--out", type=Path, required=True, help="where the class's grades.csv, feedback/ ... go")
+    mg.add_argument("--allow-partial", action="store_true", help="write the class even if a shard is missing or failed")
+    mg.add_argument("--roster", type=Path, help="the roster the shards used (for --lms)")
+    mg.add_argument("--lms", choices=["canvas"], help=lms_help)
+    mg.add_argument("--lms-assignment", help="as for grade")
+    mg.add_argument("--nbgrader-course", type=Path, help="nbgrader course folder (default: OUT/nbgrader)")
+    sub.add_parser("doctor", help="check what the sandbox needs from this host")
     args = parser.parse_args(argv)
+
+    if args.command == "doctor":
+        from autograder import sandbox
+
+        checks = sandbox.host_checks()
+        for c in checks:
+            print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}")
+        return 0 if all(c.ok or not c.required for c in checks) else 1
+
+    if args.command == "merge":
+        from autograder import shards
+
+        merged = shards.merge(args.shards, args.out, allow_partial=args.allow_partial, roster=args.roster,
+                              lms=args.lms, lms_assignment=args.lms_assignment, nbgrader_dir=args.nbgrader_course)
+        print(f"{len(merged)} students from {len(args.shards)} shards; wrote {args.out / 'grades.csv'}")
+        return 0
 
     from autograder import release
 
@@ -58,12 +94,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"chapters/ is in sync with solutions/ ({len(course.chapter_names())} chapters)")
         return 0
-    from autograder import grade
+    from autograder import grade, shards
 
     results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
                           workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
                           notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb,
-                          max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course)
+                          max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course,
+                          allow_unsandboxed=args.allow_unsandboxed, lms=args.lms, lms_assignment=args.lms_assignment,
+                          shard=shards.parse(args.shard) if args.shard else None)
     counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")

@@ -14,14 +14,20 @@ import ast
 import difflib
 import json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import pysource
+from autograder import pysource, surface
 
-_SOLUTION_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+MAX_CODE_CELLS = 400  # code cells of a submission that are read; a chapter has about 50
+MAX_CODE_CHARS = 1_000_000  # characters of code read in all
+FUZZY_MAX_CHARS = 12_000  # longer cells are never compared character by character
+FUZZY_BUDGET = 2_000  # full comparisons per notebook; past it, unmatched cells count as the student's own
+
+_SOLUTION_MARK = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 _HIDDEN = "### BEGIN HIDDEN TESTS"
-_TEST_HEADER = re.compile(r"^\s*#\s*Test\s+(\S+)\s*\(", re.M)
+_TEST_HEADER = re.compile(r"^\s*#\s*Test\s+(\S+)\s*\(", re.MULTILINE)
 
 
 def source_of(cell: dict) -> str:
@@ -34,7 +40,7 @@ def defined_names(src: str) -> set[str]:
     try:
         tree = pysource.parse(_strip_magics(src))
     except (SyntaxError, ValueError):
-        return set(re.findall(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", src, re.M))
+        return set(re.findall(r"^(?:async\s+)?(?:def|class)\s+([A-Za-z_]\w*)", src, re.MULTILINE))
     return {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
 
@@ -54,6 +60,8 @@ class Exercise:
     answer_source: str  # the instructor's solution, markers removed
     test_source: str  # the full instructor test cell, hidden tests included
     visible_test: str
+    title: str = ""  # the heading of its markdown cell ("Exercise 1.A: lower and upper bounds")
+    allows: frozenset[surface.Item] = frozenset()  # what of scalelib it may use (ex.allow in its test)
 
 
 @dataclass
@@ -61,6 +69,7 @@ class Chapter:
     name: str
     cells: list[tuple[str, str, str]]  # (kind, source, exercise id); kind: setup/context/answer/test
     exercises: dict[str, Exercise]
+    devices: int = 8  # simulated devices the set-up cell asks for
 
     @property
     def max_score(self) -> float:
@@ -71,10 +80,27 @@ class Chapter:
         return {n for e in self.exercises.values() for n in e.names}
 
 
+def _title(markdown: list[str], eid: str) -> str:
+    """The heading of the last markdown cell that names ``eid`` in backticks."""
+    for text in reversed(markdown):
+        if f"`{eid}`" in text:
+            for line in text.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
 def load_chapter(path: Path) -> Chapter:
     nb = json.loads(Path(path).read_text(encoding="utf-8"))
-    cells, answers, tests = [], {}, {}
+    cells: list[tuple[str, str, str]] = []
+    answers: dict[str, str] = {}
+    tests: dict[str, tuple[str, float]] = {}
+    titles: dict[str, str] = {}
+    markdown: list[str] = []
     for cell in nb["cells"]:
+        if cell.get("cell_type") == "markdown":
+            markdown.append(source_of(cell))
+            continue
         if cell.get("cell_type") != "code":
             continue
         src = source_of(cell)
@@ -83,21 +109,30 @@ def load_chapter(path: Path) -> Chapter:
         if meta.get("solution") and gid.endswith("-answer"):
             eid = gid[: -len("-answer")]
             answers[eid] = _SOLUTION_MARK.sub("", src)
+            titles[eid] = _title(markdown, eid)
             cells.append(("answer", answers[eid], eid))
         elif meta.get("grade"):
             tests[gid] = (src, float(meta.get("points", 0)))
+            titles.setdefault(gid, _title(markdown, gid))
             cells.append(("test", src, gid))
         elif gid == "setup" or "setup" in cell.get("metadata", {}).get("tags", []):
             cells.append(("setup", src, ""))
         else:
             cells.append(("context", src, ""))
+    aliases = surface.chapter_aliases(src for kind, src, _ in cells if kind in ("setup", "context"))
     exercises = {}
     for eid, (test_src, points) in tests.items():
         answer = answers.get(eid, "")
+        try:
+            allows = surface.declared(test_src, aliases)
+        except surface.SurfaceError as err:
+            raise surface.SurfaceError(f"{Path(path).name}, test of {eid}: {err}") from None
         exercises[eid] = Exercise(eid, points, tuple(sorted(defined_names(answer))), answer, test_src,
-                                  test_src.split(_HIDDEN)[0])
+                                  test_src.split(_HIDDEN)[0], titles.get(eid, ""), allows)
     name = nb.get("metadata", {}).get("scalelib", {}).get("chapter") or Path(path).stem
-    return Chapter(name, cells, exercises)
+    setup = " ".join(src for kind, src, _ in cells if kind == "setup")
+    m = re.search(r"devices\.setup\((\d+)\)", setup)
+    return Chapter(name, cells, exercises, int(m.group(1)) if m else 8)
 
 
 @dataclass
@@ -108,9 +143,30 @@ class Plan:
     helpers: dict[str, list[str]] = field(default_factory=dict)
     not_found: list[str] = field(default_factory=list)
     dropped_tests: int = 0
+    problems: list[str] = field(default_factory=list)
 
 
-def _is_test(src: str, gid: str, chapter: Chapter, meta: dict) -> bool:
+class AlignTimeout(Exception):
+    """Reading the submission went past the notebook's time limit."""
+
+
+class _Fuzzy:
+    """Character-level similarity with a bounded amount of work per notebook."""
+
+    def __init__(self) -> None:
+        self.left = FUZZY_BUDGET
+
+    def similar(self, a: str, b: str, threshold: float) -> bool:
+        if self.left <= 0 or len(a) > FUZZY_MAX_CHARS or len(b) > FUZZY_MAX_CHARS:
+            return False
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        if not (sm.real_quick_ratio() > threshold and sm.quick_ratio() > threshold):
+            return False
+        self.left -= 1
+        return sm.ratio() > threshold
+
+
+def _is_test(src: str, gid: str, chapter: Chapter, meta: dict, fuzzy: _Fuzzy) -> bool:
     if gid in chapter.exercises or meta.get("grade"):
         return True
     if _TEST_HEADER.search(src.split("\n", 3)[0] if src else ""):
@@ -118,30 +174,40 @@ def _is_test(src: str, gid: str, chapter: Chapter, meta: dict) -> bool:
     if "ex.check" not in src:
         return False
     norm = _norm(src)
-    for e in chapter.exercises.values():
-        sm = difflib.SequenceMatcher(None, norm, _norm(e.visible_test), autojunk=False)
-        if sm.real_quick_ratio() > 0.6 and sm.quick_ratio() > 0.6 and sm.ratio() > 0.6:
-            return True
-    return False
+    return any(fuzzy.similar(norm, _norm(e.visible_test), 0.6) for e in chapter.exercises.values())
 
 
-def plan(student_cells: list[dict], chapter: Chapter) -> Plan:
+def plan(student_cells: list[dict], chapter: Chapter, deadline: float | None = None) -> Plan:
+    """Where the student's answers are. Bounded: at most MAX_CODE_CELLS cells and MAX_CODE_CHARS characters are
+    read and FUZZY_BUDGET character comparisons made; past ``deadline`` (time.monotonic) it raises AlignTimeout,
+    so this work counts against the student's own time limit."""
     owner = {n: eid for eid, e in chapter.exercises.items() for n in e.names}
     demo = {_norm(src) for kind, src, _ in chapter.cells if kind in ("setup", "context")}
     by_gid: dict[str, str] = {}
     by_def: dict[str, tuple[int, str]] = {}
     helpers_before: list[tuple[int, str]] = []
     out = Plan()
+    fuzzy = _Fuzzy()
+    code_cells = chars = 0
     for i, cell in enumerate(student_cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
+        if deadline is not None and time.monotonic() > deadline:
+            raise AlignTimeout(f"reading the notebook took past its time limit (at cell {i})")
         src = source_of(cell)
-        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
-        nbg = meta.get("nbgrader") if isinstance(meta.get("nbgrader"), dict) else {}
+        code_cells, chars = code_cells + 1, chars + len(src)
+        if code_cells > MAX_CODE_CELLS or chars > MAX_CODE_CHARS:
+            out.problems.append(f"only the first {code_cells - 1} code cells were read (limits: {MAX_CODE_CELLS} "
+                                f"cells, {MAX_CODE_CHARS} characters of code)")
+            break
+        raw_meta = cell.get("metadata")
+        meta: dict = raw_meta if isinstance(raw_meta, dict) else {}
+        raw_nbg = meta.get("nbgrader")
+        nbg: dict = raw_nbg if isinstance(raw_nbg, dict) else {}
         gid = str(nbg.get("grade_id", ""))
         if not src.strip():
             continue
-        if _is_test(src, gid, chapter, nbg):
+        if _is_test(src, gid, chapter, nbg, fuzzy):
             out.dropped_tests += 1
             continue
         hits = {owner[n] for n in defined_names(src) if n in owner}
@@ -155,8 +221,7 @@ def plan(student_cells: list[dict], chapter: Chapter) -> Plan:
         norm = _norm(src)
         if norm in demo or "devices.setup(" in src:
             continue
-        if any(difflib.SequenceMatcher(None, norm, d, autojunk=False).ratio() > 0.9 for d in demo
-               if abs(len(d) - len(norm)) < 0.2 * max(len(d), 1)):
+        if any(fuzzy.similar(norm, d, 0.9) for d in demo if abs(len(d) - len(norm)) < 0.2 * max(len(d), 1)):
             continue
         helpers_before.append((i, src))
     answer_pos = {}

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = ROOT / "solutions"
@@ -29,7 +31,8 @@ def settings(root: Path = ROOT) -> Settings:
     data = tomllib.loads((root / "pyproject.toml").read_text())
     own = data.get("tool", {}).get("scalelib-course", {})
     try:
-        return Settings(install_source=str(own["install-source"]).strip(), cell_timeout_s=int(own.get("cell-timeout-s", 600)),
+        return Settings(install_source=str(own["install-source"]).strip(),
+                        cell_timeout_s=int(own.get("cell-timeout-s", 600)),
                         notebook_timeout_s=int(own.get("notebook-timeout-s", 3600)),
                         memory_mb=int(own.get("memory-mb", 6144)),
                         max_output_bytes=int(own.get("max-output-bytes", 1_000_000)))

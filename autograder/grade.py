@@ -4,267 +4,138 @@ How a submission is graded (see also README, "For instructors"):
 
 1. **Who and what.** :mod:`autograder.submissions` maps files to students (file names as course sites and
    Colab write them, an optional roster) and to a chapter (the notebook's ``metadata.scalelib.chapter``);
-   the latest file per student wins; unmatched files are listed.
+   the latest file per student wins; every entry of the export gets a row in ``submissions.csv``.
 2. **Which cells.** :mod:`autograder.align` finds the student's answer cells by what they define (the
    function the released stub names), not by nbgrader metadata or cell ids, which Colab may drop. The
-   graded run is built by the grader: the instructor's set-up and demo cells, the student's answer cells
-   (and their own helper cells), never the student's copies of test cells.
-3. **Where it runs.** Each student gets a fresh kernel in an OS sandbox (:mod:`autograder.sandbox`: its
-   own user/mount/PID/network namespaces, a root file system with only Python, the environment and
-   scalelib, read-only, and one writable scratch folder) with a memory limit (RLIMIT_AS), a CPU-time
-   limit, a cap on processes (a fork bomb is killed), per-cell and per-notebook time limits and an
-   output cap (:mod:`autograder.kernel`). The submission's saved outputs are never used (only cell
-   sources are sent). A kernel that dies (crash, or killed after ignoring an interrupt) is restarted
-   without the exercise it died in, at most ``MAX_RESTARTS`` times; the status then says so.
-4. **Who judges.** :mod:`autograder.judge`: the instructor's test cells (hidden tests included) run in
-   the grader process against a trusted run of the instructor's notebook; the student's functions are
-   called in the kernel and only plain JSON values come back. Patching numpy, scalelib, builtins or
-   ``ex.check_close`` in the kernel, or returning an object that equals anything, cannot make a wrong
-   answer pass.
-5. **Many at once.** ``workers`` kernels run side by side (threads here, one kernel process each). Each
-   student's result is written atomically to ``results/<student>.json`` as soon as it is known (a rerun
-   skips students whose notebook and chapter are unchanged unless ``force``); ``grades.csv``,
-   ``submissions.csv`` and ``feedback/<student>.html`` are then written from those files.
+   student's copies of test cells never run.
+3. **Where it runs.** Per student, per group of exercises that may use the same part of scalelib, a fresh kernel
+   in an OS sandbox (:mod:`autograder.sandbox`: own user/mount/PID/network namespaces, a read-only root with only
+   Python, the environment and *that part* of scalelib (:mod:`autograder.surface`), one writable scratch folder),
+   with a memory limit for all its processes together, a CPU-time limit, a process cap, time limits and an
+   output cap. No instructor cell runs in it: what the set-up and demo cells bound arrives as data
+   (:mod:`autograder.trusted`). Kernels are started ahead by a warm pool (:mod:`autograder.pool`) and each is used
+   by one student only. The steps per student are in :mod:`autograder.student`.
+4. **Who judges.** :mod:`autograder.judge`: the instructor's test cells (hidden tests included) run in the
+   grader process against a trusted run of the instructor's notebook; the student's functions are called in the
+   kernel and only plain data come back, through a capped channel.
+5. **Many at once.** ``workers`` students side by side (threads here, kernel processes there). Each result is
+   written atomically to ``results/<student>.json`` as soon as it is known (a rerun skips students whose
+   notebook and chapter are unchanged unless ``force``); ``grades.csv``, ``submissions.csv`` and
+   ``feedback/<student>.html`` are then written from those files (:mod:`autograder.report`).
 
-Statuses: graded, partially graded (with the reason), timed out, crashed, invalid notebook, wrong chapter,
-missing (a roster student without a file).
+Statuses: see :class:`autograder.results.Status`.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import html
-import json
 import os
-import shutil
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import align, course, sandbox, submissions
-from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+from autograder import align, course, report, results, sandbox, shards, submissions, surface
+from autograder.kernel import Limits
+from autograder.pool import Flavour, KernelPool
+from autograder.results import Status, StudentResult
+from autograder.student import Shared, grade_student, groups, replay_steps
+from autograder.trusted import TrustedContext
 from scalelib import exercise
 
-GRADER_VERSION = "3"
-MAX_RESTARTS = 3  # a kernel that dies is restarted without the exercise it died in, at most this often
-INSTRUCTOR_CELL_TIMEOUT_S = 120.0  # the least time a set-up or demo cell of the instructor gets
-STATUSES = ("graded", "partially graded", "timed out", "crashed", "invalid notebook", "wrong chapter", "missing")
+GRADER_VERSION = "4"
+STATUSES = tuple(s.value for s in Status)
 
 
-@dataclass(frozen=True)
-class StudentResult:
-    student: str
-    status: str  # one of STATUSES
-    score: float
-    max_score: float
-    exercises: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    detail: str = ""
-    file: str = ""
-    messages: dict[str, str] = field(default_factory=dict)  # exercise -> why it failed
-    outputs: dict[str, str] = field(default_factory=dict)  # exercise -> what its test printed
-    in_kernel: tuple[str, ...] = ()  # exercises that had to be judged inside the kernel
-    fingerprint: str = ""
+class Unsandboxed(SystemExit):
+    """No OS sandbox on this host, and the instructor did not allow grading without one."""
 
-    def line(self) -> str:
-        extra = f" ({self.detail})" if self.detail else ""
-        return f"{self.student:24s} {self.score:6.1f} / {self.max_score:.1f}  {self.status}{extra}  [{self.seconds:.1f} s]"
+    def __init__(self, why: str) -> None:
+        fixes = "".join(f"\n  - {h}" for h in sandbox.hints())
+        super().__init__(
+            f"refusing to grade: student code cannot be sandboxed here ({why}).{fixes}\n"
+            "Run `python -m autograder doctor` for what the sandbox needs. To grade anyway, with student code able to "
+            "read and write anything this user can, pass --allow-unsandboxed.")
+        self.why = why
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def fingerprint(solution_hash: str, path: Path) -> str:
+    """Changes when the submission, the chapter's solution notebook or the grader changes."""
+    h = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashlib.sha256(f"{GRADER_VERSION}:{solution_hash}:{h}".encode()).hexdigest()[:32]
 
 
-def _safe(student: str) -> str:
-    return "".join(c if c.isalnum() or c in "._-" else "_" for c in student)[:100] or "_"
+def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, workers: int,
+            unrestricted: bool = False) -> Shared:
+    """Everything per chapter, once per run: the trusted context (started in a thread), each surface's library,
+    the replay steps, the exercise groups and a warm pool of kernels. (``unrestricted``: also a group with all
+    of scalelib, for tests that prove a delegating answer would pass if it could reach the library.)"""
+    context = TrustedContext(chapter)
+    threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
+    by_declaration: dict[frozenset[surface.Item], surface.Surface] = {}
+    surfaces = {}
+    for eid, ex in chapter.exercises.items():
+        if ex.allows not in by_declaration:
+            by_declaration[ex.allows] = surface.closure(ex.allows)
+        surfaces[eid] = by_declaration[ex.allows]
+    flavours = {}
+    for s in by_declaration.values():
+        if s.key not in flavours:
+            library = s.write(work / "lib" / s.key) if limits.sandbox else None
+            flavours[s.key] = Flavour(s.key, library, s.describe(), chapter.devices)
+    steps = replay_steps(chapter)
+    everything = surface.Surface.everything()
+    if unrestricted:
+        flavours[everything.key] = Flavour(everything.key, None, everything.describe(), chapter.devices)
+    pool = KernelPool(limits, work / "scratch", logs, flavours, ahead=workers)
+    open_groups = groups(chapter, dict.fromkeys(chapter.exercises, everything), steps)
+    return Shared(chapter, context, steps, groups(chapter, surfaces, steps), pool, limits, logs, open_groups)
 
 
-class Grader:
-    def __init__(self, chapter_name: str, root: Path, out_dir: Path, limits: Limits, workers: int, force: bool,
-                 quiet: bool = False):
-        self.chapter = align.load_chapter(root / "solutions" / f"{chapter_name}.ipynb")
-        self.chapter_name = chapter_name
-        self.out_dir, self.limits, self.workers, self.force, self.quiet = out_dir, limits, workers, force, quiet
-        self.solution_hash = hashlib.sha256((root / "solutions" / f"{chapter_name}.ipynb").read_bytes()).hexdigest()
-        self._context = None
-        self._context_lock = threading.Lock()
-        self._print_lock = threading.Lock()
-        self.done = 0
-        self.total = 0
+class _Say:
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._lock = threading.Lock()
 
-    # -- trusted context: built once, in a thread of its own (grade() starts it with the first kernels) --
-    def context(self):
-        from autograder.judge import TrustedContext
-
-        with self._context_lock:
-            if self._context is None:
-                self._context = TrustedContext(self.chapter)
-                threading.Thread(target=self._context.build, daemon=True, name="trusted-context").start()
-        return self._context
-
-    def say(self, text: str) -> None:
+    def __call__(self, text: str) -> None:
         if not self.quiet:
-            with self._print_lock:
+            with self._lock:
                 print(text, flush=True)
-
-    def fingerprint(self, path: Path) -> str:
-        h = hashlib.sha256(path.read_bytes()).hexdigest()
-        return hashlib.sha256(f"{GRADER_VERSION}:{self.solution_hash}:{h}".encode()).hexdigest()[:32]
-
-    def empty(self, student: str, status: str, detail: str, file: str = "", fp: str = "") -> StudentResult:
-        return StudentResult(student, status, 0.0, self.chapter.max_score, {e: 0.0 for e in self.chapter.exercises},
-                             0.0, detail, file, fingerprint=fp)
-
-    def grade_one(self, student: str, cand: submissions.Candidate, scratch: Path, logs: Path) -> StudentResult:
-        from autograder.judge import KERNEL_HELPER, Judge
-
-        start = time.perf_counter()
-        fp = self.fingerprint(cand.path)
-        if cand.invalid:
-            return self.empty(student, "invalid notebook", cand.invalid, cand.shown, fp)
-        if cand.chapter not in (None, self.chapter_name):
-            return self.empty(student, "wrong chapter", f"this is {cand.chapter} (from its {cand.chapter_from})",
-                              cand.shown, fp)
-        nb = json.loads(cand.path.read_bytes().decode("utf-8"))
-        plan = align.plan(nb["cells"], self.chapter)
-        if not (set(plan.answers) & set(self.chapter.exercises)) and cand.chapter is None:
-            return self.empty(student, "wrong chapter", "none of this chapter's answers are in it", cand.shown, fp)
-        lim = self.limits
-        deadline = time.monotonic() + lim.notebook_timeout_s
-        scores = {e: 0.0 for e in self.chapter.exercises}
-        messages = {e: "answer not found in the notebook" for e in plan.not_found}
-        outputs: dict[str, str] = {}
-        in_kernel: list[str] = []
-        problems: list[str] = []
-        status = "graded"
-        judged: set[str] = set()
-        dropped: set[str] = set()  # exercises whose answer or test killed the kernel: left out after a restart
-        for attempt in range(MAX_RESTARTS + 1):
-            current = None  # the exercise being run or judged: blamed if the kernel dies
-            session = None
-            try:
-                session = KernelSession(scratch / f"k{attempt}", lim, logs / f"{_safe(student)}.kernel.log")
-                helper = session.run(KERNEL_HELPER, timeout=60, silent=True)
-                if not helper.ok:
-                    problems.append(f"grader helper: {helper.error}")
-                judge = None
-                for kind, src, eid in self.chapter.cells:
-                    current = eid if kind in ("answer", "test") else None
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        status = "timed out"
-                        problems.append(f"notebook time limit ({lim.notebook_timeout_s:.0f} s) reached")
-                        break
-                    if kind in ("setup", "context"):
-                        # the instructor's own cells (imports, demos, a roofline measurement) get at least
-                        # INSTRUCTOR_CELL_TIMEOUT_S: a short per-cell limit meant for student code must not
-                        # cut them on a loaded machine; the notebook's limit still bounds them
-                        limit = max(lim.cell_timeout_s, INSTRUCTOR_CELL_TIMEOUT_S)
-                        run = session.run(src, timeout=min(limit, remaining))
-                        if run.timed_out and attempt == 0:
-                            problems.append(f"a set-up/demo cell timed out ({limit:.0f} s)")
-                        continue
-                    if eid in dropped or eid not in plan.answers:
-                        continue
-                    if kind == "answer":
-                        for cell in plan.helpers.get(eid, []) + [plan.answers[eid]]:
-                            run = session.run(cell, timeout=min(lim.cell_timeout_s, remaining))
-                            if attempt == 0 and run.timed_out:
-                                problems.append(f"answer cell of {eid} timed out ({lim.cell_timeout_s:.0f} s) and was interrupted")
-                            if attempt == 0 and run.output_capped:
-                                problems.append(f"answer cell of {eid} printed more than {lim.max_output_bytes} bytes")
-                        continue
-                    if eid in judged:
-                        continue
-                    # a test cell: judge it in the grader
-                    ctx = self.context()
-                    if not ctx.ready.wait(timeout=max(remaining, 0)):
-                        status = "timed out"
-                        break
-                    if ctx.error is not None:
-                        raise RuntimeError(f"the instructor's notebook failed in the grader: {ctx.error!r}")
-                    if judge is None:
-                        judge = Judge(ctx, session, lim.cell_timeout_s, deadline)
-                    verdict = judge.judge(eid)
-                    if not session.alive():
-                        raise KernelDied("the kernel died")
-                    judged.add(eid)
-                    scores[eid] = verdict.points
-                    if verdict.message:
-                        messages[eid] = verdict.message
-                    if verdict.output:
-                        outputs[eid] = verdict.output[-4000:]
-                    if verdict.in_kernel:
-                        in_kernel.append(eid)
-                break  # the whole notebook ran
-            except KernelDied as err:  # KernelTimedOut too: a cell that ignored the interrupt was killed
-                timed_out = isinstance(err, KernelTimedOut)
-                if status == "graded" or (status == "crashed" and timed_out):
-                    status = "timed out" if timed_out else "crashed"
-                tail = session.log_tail() if session else ""
-                where = f"in {current}" if current else "in a set-up cell"
-                problems.append(f"kernel {'killed' if timed_out else 'crashed'} {where}: {err}"
-                                + (f" [{tail[-160:]}]" if tail and "sandbox" in tail else ""))
-                if current is None or current in dropped:
-                    break  # nothing to leave out: a restart would die the same way
-                dropped.add(current)
-                messages[current] = f"{'killed: over the time limit' if timed_out else 'crashed the kernel'} ({err})"
-                if attempt < MAX_RESTARTS and deadline - time.monotonic() > 0:
-                    problems.append(f"restarted without {current}")
-            finally:
-                if session is not None:
-                    if session.output_bytes > lim.max_output_bytes and not any("printed" in p for p in problems):
-                        problems.append(f"output over {lim.max_output_bytes} bytes was cut")
-                    session.close()
-        shutil.rmtree(scratch, ignore_errors=True)
-        if status == "graded" and (plan.not_found or problems):
-            status = "partially graded"
-        if plan.not_found:
-            problems.insert(0, f"no answer found for {', '.join(plan.not_found)}")
-        for e in self.chapter.exercises:
-            if status in ("timed out", "crashed") and e not in messages and scores[e] == 0:
-                messages[e] = f"not graded: {status}"
-        return StudentResult(student, status, sum(scores.values()), self.chapter.max_score, scores,
-                             time.perf_counter() - start, "; ".join(problems)[:400], cand.shown, messages, outputs,
-                             tuple(in_kernel), fp)
-
-
-def _load_result(path: Path) -> StudentResult | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["in_kernel"] = tuple(data.get("in_kernel", ()))
-        return StudentResult(**data)
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
           workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
           notebook_timeout_s: float | None = None, memory_mb: int | None = None,
           max_output_bytes: int | None = None, quiet: bool = False,
-          nbgrader_dir: Path | None = None) -> list[StudentResult]:
+          nbgrader_dir: Path | None = None, allow_unsandboxed: bool = False, shard: tuple[int, int] | None = None,
+          lms: str | None = None, lms_assignment: str | None = None,
+          unrestricted: frozenset[str] = frozenset()) -> list[StudentResult]:
     """Grade every submission in ``source`` (folder or .zip) for ``chapter``; returns one result per student.
 
     The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
-    see :mod:`autograder.gradebook`).
+    see :mod:`autograder.gradebook`), except in a shard: ``shard=(K, N)`` grades only the students whose id
+    hashes to K of N (:func:`autograder.shards.shard_of`) and leaves the gradebook to ``merge``.
+    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv).
+    ``unrestricted``: students whose kernels get all of scalelib; only for tests that prove a delegating answer
+    would pass if it could reach the library (never for a class).
     """
     settings = course.settings(root)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
     os.environ[exercise.STRICT_ENV] = "1"
+    if lms not in (None, "canvas"):
+        raise SystemExit(f"--lms takes 'canvas', got {lms!r} (grades_long.csv is written for any other system)")
+    if lms == "canvas" and roster is None:
+        raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
+                         "roster has (columns id, sis_id, login; see README)")
     why_not = sandbox.available()
+    if why_not and not allow_unsandboxed:
+        raise Unsandboxed(why_not)
     if why_not:
-        print("\n" + "!" * 78 + f"\n!! WARNING: no OS sandbox for student kernels here ({why_not}).\n"
-              "!! Student code can read and write anything this user can. Grade on Linux with user\n"
-              "!! namespaces enabled (sysctl kernel.unprivileged_userns_clone=1) to isolate it.\n" + "!" * 78 + "\n",
+        print("\n" + "!" * 78 + f"\n!! NOT SANDBOXED (--allow-unsandboxed): {why_not}\n"
+              "!! Student code can read and write anything this user can, and every answer can reach all of\n"
+              "!! scalelib (ex.allow restricts it only inside a sandbox).\n" + "!" * 78 + "\n",
               file=sys.stderr, flush=True)
     limits = Limits(cell_timeout_s=cell_timeout_s or settings.cell_timeout_s,
                     notebook_timeout_s=notebook_timeout_s or settings.notebook_timeout_s,
@@ -272,134 +143,136 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                     max_output_bytes=max_output_bytes or settings.max_output_bytes,
                     sandbox=not why_not)
     workers = max(1, workers or os.cpu_count() or 1)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "feedback").mkdir(exist_ok=True)
-    (out_dir / "results").mkdir(exist_ok=True)
-    (out_dir / "logs").mkdir(exist_ok=True)
-    grader = Grader(chapter, root, out_dir, limits, workers, force, quiet)
+    say = _Say(quiet)
+    solution = root / "solutions" / f"{chapter}.ipynb"
+    solution_hash = hashlib.sha256(solution.read_bytes()).hexdigest()
+    for sub in ("feedback", "results", "logs"):
+        (out_dir / sub).mkdir(parents=True, exist_ok=True)
+    ch = align.load_chapter(solution)
+    marker = shards.Marker(chapter, shard or (0, 1), GRADER_VERSION, solution_hash, limits.sandbox)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster)
+        if mapping.skipped:
+            say(f"{len(mapping.skipped)} entries of the export not unpacked (see submissions.csv):")
+            for name, why in mapping.skipped[:20]:
+                say(f"  {name}: {why}")
         if not mapping.chosen and not mapping.missing:
             raise SystemExit(f"no notebooks found in {source}" +
                              (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
-        # nbgrader's course folder is made while the kernels run (it needs no results)
-        from autograder import gradebook
-
-        book_dir, book_error = Path(nbgrader_dir or out_dir / "nbgrader"), []
-
-        def prepare_gradebook():
-            try:
-                gradebook.prepare(book_dir, chapter, root / "solutions")
-            except Exception as err:  # noqa: BLE001 - reported after grading; results are on disk first
-                book_error.append(err)
-
-        book_thread = threading.Thread(target=prepare_gradebook, name="gradebook", daemon=True)
-        book_thread.start()
-        results: dict[str, StudentResult] = {}
+        mine = sorted(s for s in set(mapping.chosen) | set(mapping.missing) if marker.owns(s))
+        shards.write_marker(out_dir, marker, mine, complete=False)
+        book = None if shard else _Gradebook(Path(nbgrader_dir or out_dir / "nbgrader"), chapter, root / "solutions")
+        done: dict[str, StudentResult] = {}
         todo = []
-        for student, cand in sorted(mapping.chosen.items()):
-            previous = _load_result(out_dir / "results" / f"{_safe(student)}.json")
-            if previous and not force and previous.fingerprint == grader.fingerprint(cand.path):
-                results[student] = previous
-                grader.say(f"{previous.line()}  (already graded; --force to redo)")
+        for student in mine:
+            cand = mapping.chosen.get(student)
+            if cand is None:
+                done[student] = StudentResult(student, Status.MISSING, 0.0, ch.max_score,
+                                              dict.fromkeys(ch.exercises, 0.0), 0.0, "no submission")
+                continue
+            fp = fingerprint(solution_hash, cand.path)
+            previous = results.load(out_dir / "results" / f"{submissions.file_stem(student)}.json")
+            if previous and not force and previous.fingerprint == fp:
+                done[student] = previous
+                say(f"{previous.line()}  (already graded; --force to redo)")
             else:
-                todo.append((student, cand))
-        grader.total = len(todo)
+                todo.append((student, cand, fp))
         if todo:
-            grader.context()  # the instructor's run starts now, while the first kernels start
-        start = time.perf_counter()
-        if todo:
-            grader.say(f"grading {len(todo)} notebooks of {chapter} with {min(workers, len(todo))} workers"
-                       f" ({'sandboxed' if limits.sandbox else 'NOT sandboxed'}; limits: {limits.cell_timeout_s:.0f} s/cell,"
-                       f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.max_output_bytes} B output)")
-        with ThreadPoolExecutor(max_workers=min(workers, max(1, len(todo)))) as pool:
-            futures = {pool.submit(grader.grade_one, s, c, work / "scratch" / f"s{i:04d}", out_dir / "logs"): s
-                       for i, (s, c) in enumerate(todo)}
-            for fut in as_completed(futures):
-                student = futures[fut]
-                try:
-                    res = fut.result()
-                except Exception as err:  # noqa: BLE001 - a grader bug for one student stops no one else
-                    res = grader.empty(student, "crashed", f"grader error: {type(err).__name__}: {err}"[:300],
-                                       mapping.chosen[student].shown)
-                    res = StudentResult(**{**asdict(res), "fingerprint": ""})
-                results[student] = res
-                _atomic_write(out_dir / "results" / f"{_safe(student)}.json", json.dumps(asdict(res), indent=1))
-                write_feedback(out_dir / "feedback" / f"{_safe(student)}.html", chapter, res, grader.chapter)
-                grader.done += 1
-                elapsed = time.perf_counter() - start
-                grader.say(f"[{grader.done:>3}/{grader.total}  {elapsed:6.0f} s] {res.line()}")
-        for student in mapping.missing:
-            results[student] = grader.empty(student, "missing", "no submission")
-        for student, res in results.items():
-            fb = out_dir / "feedback" / f"{_safe(student)}.html"
-            if not fb.exists():
-                write_feedback(fb, chapter, res, grader.chapter)
-        ordered = [results[s] for s in sorted(results)]
-        write_csv(out_dir / "grades.csv", chapter, ordered, list(grader.chapter.exercises))
-        write_manifest(out_dir / "submissions.csv", mapping)
-        book_thread.join()
-        if book_error:
-            raise RuntimeError(f"could not prepare the nbgrader gradebook in {book_dir}: {book_error[0]}") from book_error[0]
-        db = gradebook.record(book_dir.resolve(), chapter, ordered)
-        grader.say(f"nbgrader gradebook: {db} (`nbgrader export` / `nbgrader formgrader` in {db.parent})")
+            _grade_all(ch, todo, work, out_dir, limits, workers, done, say, unrestricted)
+        ordered = [done[s] for s in sorted(done)]
+        for r in ordered:
+            stem = submissions.file_stem(r.student)
+            report.atomic_write(out_dir / "results" / f"{stem}.json", r.to_json())
+            page = out_dir / "feedback" / f"{stem}.html"
+            if not page.exists():
+                report.write_feedback(page, chapter, r, ch)
+        report.write_class(out_dir, ch, ordered, mapping, submissions.read_roster(roster) if roster else None,
+                           lms, lms_assignment)
+        if book is not None:
+            say(f"nbgrader gradebook: {book.finish(ordered)} (`nbgrader export` / `nbgrader formgrader` there)")
+        shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
-            grader.say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
+            say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
             for name, why in mapping.unmatched:
-                grader.say(f"  {name}: {why}")
-        if todo:
-            secs = time.perf_counter() - start
-            grader.say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
+                say(f"  {name}: {why}")
     return ordered
 
 
-def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_ids: list[str]) -> None:
-    import io
+class _Gradebook:
+    """nbgrader's course folder, made in a thread while the kernels run (it needs no results), then filled."""
 
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["student", "chapter", "score", "max_score", "status", "detail", "file", *exercise_ids])
-    for r in results:
-        writer.writerow([r.student, chapter, f"{r.score:g}", f"{r.max_score:g}", r.status, r.detail, r.file,
-                         *(f"{r.exercises.get(e, 0.0):g}" for e in exercise_ids)])
-    _atomic_write(path, buf.getvalue())
+    def __init__(self, folder: Path, chapter: str, solutions: Path) -> None:
+        from autograder import gradebook
 
+        self.folder, self.chapter, self.errors = folder, chapter, list[BaseException]()
+        self._gradebook = gradebook
 
-def write_manifest(path: Path, mapping: submissions.Mapping) -> None:
-    import io
+        def prepare() -> None:
+            try:
+                gradebook.prepare(folder, chapter, solutions)
+            except Exception as err:
+                self.errors.append(err)
 
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["file", "student", "use", "why"])
-    for student, cand in sorted(mapping.chosen.items()):
-        writer.writerow([cand.shown, student, "graded", f"chapter from {cand.chapter_from or 'content'}"])
-    for cand, student in mapping.superseded:
-        writer.writerow([cand.shown, student, "superseded", f"a later file of {student} was graded"])
-    for name, why in mapping.unmatched:
-        writer.writerow([name, "", "unmatched", why])
-    _atomic_write(path, buf.getvalue())
+        self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
+        self._thread.start()
+
+    def finish(self, ordered: list[StudentResult]) -> Path:
+        self._thread.join()
+        if self.errors:
+            raise RuntimeError(f"could not prepare the nbgrader gradebook in {self.folder}: {self.errors[0]}")
+        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered)
 
 
-def write_feedback(path: Path, chapter: str, r: StudentResult, ch: align.Chapter) -> None:
-    e = html.escape
-    rows = []
-    for eid, ex in ch.exercises.items():
-        got = r.exercises.get(eid, 0.0)
-        note = r.messages.get(eid, "" if got == ex.points else "not graded")
-        if eid in r.in_kernel:
-            note = (note + " " if note else "") + "(judged inside your kernel)"
-        out = r.outputs.get(eid, "")
-        rows.append(f"<tr><td>{e(eid)}</td><td>{got:g} / {ex.points:g}</td><td>{'passed' if got == ex.points else 'failed'}</td>"
-                    f"<td><pre>{e(note)}</pre>{f'<pre>{e(out)}</pre>' if out else ''}</td></tr>")
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{e(chapter)}: {e(r.student)}</title>
-<style>body{{font-family:sans-serif;margin:2em}}td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}}
-table{{border-collapse:collapse}}pre{{white-space:pre-wrap;margin:0}}</style></head><body>
-<h1>{e(chapter)}: {e(r.student)}</h1>
-<p>Status: <b>{e(r.status)}</b>{(' &mdash; ' + e(r.detail)) if r.detail else ''}</p>
-<p>Score: <b>{r.score:g} / {r.max_score:g}</b>{(' &mdash; file ' + e(r.file)) if r.file else ''}</p>
-<table><tr><th>exercise</th><th>points</th><th>result</th><th>details</th></tr>
-{''.join(rows)}
-</table></body></html>
-"""
-    _atomic_write(path, page)
+def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,
+               limits: Limits, workers: int, done: dict[str, StudentResult], say: _Say,
+               unrestricted: frozenset[str] = frozenset()) -> None:
+    start = time.perf_counter()
+    say(f"grading {len(todo)} notebooks of {ch.name} with {min(workers, len(todo))} workers"
+        f" ({'sandboxed' if limits.sandbox else 'NOT sandboxed'}; limits: {limits.cell_timeout_s:.0f} s/cell,"
+        f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.max_output_bytes} B output)")
+    shared = prepare(ch, work, out_dir / "logs", limits, min(workers, len(todo)), bool(unrestricted))
+    try:
+        shared.pool.expect([g.surface.key for s, _, _ in todo
+                            for g in (shared.open_groups if s in unrestricted else shared.groups)])
+        with ThreadPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            futures = {pool.submit(grade_student, shared, s, c, fp,
+                                   out_dir / "logs" / f"{submissions.file_stem(s)}.kernel.log",
+                                   s in unrestricted): (s, c)
+                       for s, c, fp in todo}
+            for n, fut in enumerate(as_completed(futures), 1):
+                student, cand = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as err:
+                    res = StudentResult(student, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
+                                        0.0, f"grader error: {type(err).__name__}: {err}"[:300], cand.shown)
+                done[student] = res
+                stem = submissions.file_stem(student)
+                report.atomic_write(out_dir / "results" / f"{stem}.json", res.to_json())
+                report.write_feedback(out_dir / "feedback" / f"{stem}.html", ch.name, res, ch)
+                say(f"[{n:>3}/{len(todo)}  {time.perf_counter() - start:6.0f} s] {res.line()}")
+    finally:
+        shared.pool.close()
+        shared.context.ready.wait(timeout=limits.notebook_timeout_s)  # no instructor code left running at exit
+        _report_instructor_problems(shared.context, out_dir / "logs" / report.INSTRUCTOR_LOG, say)
+    secs = time.perf_counter() - start
+    say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
+
+
+def _report_instructor_problems(context: TrustedContext, log: Path, say: _Say) -> None:
+    """Cells of the instructor's notebook that raised in the grader's own run: a demo value they bind is missing
+    and a test cell among them cannot judge anyone, so the instructor hears of it (and ``logs/`` keeps it)."""
+    problems = list(context.problems)
+    if context.error is not None:
+        problems.append(f"the run stopped: {type(context.error).__name__}: {context.error}"[:300])
+    if not problems:
+        log.unlink(missing_ok=True)
+        return
+    report.atomic_write(log, "\n".join(problems) + "\n")
+    say(f"!! {len(problems)} cell(s) of the instructor's notebook failed in the grader's run (see {log}):")
+    for line in problems[:5]:
+        say(f"!!   {line}")
+
+
+__all__ = ["GRADER_VERSION", "STATUSES", "Status", "StudentResult", "Unsandboxed", "grade"]

@@ -6,6 +6,7 @@ Runs code with a time limit (interrupt, then kill), keeps at most ``max_output_b
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -14,9 +15,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import zmq
 from jupyter_client.manager import KernelManager
+
+from autograder import cgroups, inkernel, sandbox
+
+SANDBOX_TEARDOWN_S = 30.0  # how long closing waits for a launcher to reap a namespace its sandbox killed
 
 
 class KernelDied(RuntimeError):
@@ -27,13 +33,18 @@ class KernelTimedOut(KernelDied):
     """The kernel ignored an interrupt after a time limit and was killed."""
 
 
+class ChannelBroken(KernelDied):
+    """The kernel sent a message over the size cap (the channel is closed on it) or closed its channel."""
+
+
 @dataclass
 class Limits:
     cell_timeout_s: float = 600.0
     notebook_timeout_s: float = 3600.0
     memory_mb: int = 4096
     max_output_bytes: int = 1_000_000
-    sandbox: bool = True  # False only if the OS has none (the grader warns)
+    max_reply_bytes: int = 16 * 2**20  # one message from the kernel (an answer, a probe's data); larger is refused
+    sandbox: bool = True  # False only when the instructor allowed grading without one
     cpu_s: float | None = None  # RLIMIT_CPU of the kernel; None: notebook_timeout_s x cores (see cpu_limit_s)
 
     def cpu_limit_s(self) -> int:
@@ -57,48 +68,78 @@ class CellRun:
 
 
 class _SandboxedKernelManager(KernelManager):
-    def __init__(self, sandbox_cfg: dict, **kw):
+    def __init__(self, sandbox_cfg: dict, **kw: Any) -> None:
         super().__init__(**kw)
         self._sandbox_cfg = sandbox_cfg
 
-    def format_kernel_cmd(self, extra_arguments=None):
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
         return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
 
 
-def kernel_env(scratch: Path) -> dict[str, str]:
-    """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel."""
+def kernel_env(scratch: Path, devices: int = 8) -> dict[str, str]:
+    """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel. JAX gets the
+    chapter's number of simulated devices whenever it starts (no instructor set-up cell runs in the kernel)."""
     s = str(scratch)
     return {
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={int(devices)}",
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": s, "IPYTHONDIR": f"{s}/.ipython", "MPLCONFIGDIR": f"{s}/.mpl", "XDG_CACHE_HOME": f"{s}/.cache",
         "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",
         "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TMPDIR": "/tmp",
-        "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see judge.KERNEL_HELPER)
+        "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see inkernel.install)
     }
 
 
 class KernelSession:
-    def __init__(self, scratch: Path, limits: Limits, log_path: Path):
-        self.scratch, self.limits = scratch, limits
+    """One sandboxed kernel with the grader's helper installed (``__grader__``).
+
+    ``library``: the scalelib folder this kernel gets instead of the real one (:meth:`surface.Surface.write`);
+    ``allowed`` says in words what it holds (for error messages inside the kernel).
+    """
+
+    def __init__(self, scratch: Path, limits: Limits, log_path: Path, library: Path | None = None,
+                 allowed: str = "", devices: int = 8) -> None:
+        self.scratch, self.limits, self.log_path = scratch, limits, log_path
         self.output_bytes = 0
         self.output: list[str] = []
+        self.started = time.monotonic()
         scratch.mkdir(parents=True, exist_ok=True)
-        cfg = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
-               "cpu_s": limits.cpu_limit_s()}
+        cfg: dict = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
+                     "cpu_s": limits.cpu_limit_s()}
+        if library is not None and limits.sandbox:
+            from autograder import surface
+
+            target = str(surface.library_root())
+            cfg.update(library=str(library), library_target=target, hide=sandbox.stray_libraries(target))
         self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
                                           connection_file=str(scratch / "kernel.json"))
-        self._log = open(log_path, "ab")  # a restarted kernel adds to the log
-        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch), stdout=subprocess.DEVNULL, stderr=self._log)
+        self._log = open(log_path, "ab")  # a restarted kernel adds to the log  # noqa: SIM115 - closed in close()
+        # Output written to the process's own stdout/stderr (fd 1 and 2) is not forwarded as cell output: ipykernel
+        # forwards it from a thread, late, under whatever cell runs *then*, so a flood would be blamed on the next
+        # cell. The sandbox keeps the first part of it for the log and drops the rest.
+        self.km.start_kernel(cwd=str(scratch), env=kernel_env(scratch, devices), stdout=subprocess.DEVNULL,
+                             stderr=self._log,
+                             extra_arguments=["--IPKernelApp.capture_fd_output=False"])
         ctx = zmq.Context()
+        # What crosses the channel is capped: a message over max_reply_bytes is refused by zmq before it is read
+        # (the connection is dropped; the monitor below sees it), and few messages wait unread.
+        ctx.setsockopt(zmq.MAXMSGSIZE, int(limits.max_reply_bytes))
+        ctx.setsockopt(zmq.RCVHWM, 16)
         self._ctx = ctx
         self.kc = self.km.client(context=ctx)
         self.kc.start_channels()
+        self._monitors = [ch.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+                          for ch in (self.kc.shell_channel, self.kc.iopub_channel) if ch.socket is not None]
         try:
             self.kc.wait_for_ready(timeout=120)
-        except RuntimeError as err:
+            helper = self.run(inkernel.program(limits.max_reply_bytes, allowed), timeout=60, silent=True)
+        except (RuntimeError, KernelDied) as err:
             self.close()
             raise KernelDied(f"kernel did not start: {err}; {self.log_tail()}") from None
+        if not helper.ok:
+            self.close()
+            raise KernelDied(f"the grader's helper did not start in the kernel: {helper.error}")
 
     def log_tail(self) -> str:
         try:
@@ -108,11 +149,31 @@ class KernelSession:
             return ""
 
     def alive(self) -> bool:
-        return self.km.is_alive()
+        """The kernel runs and its sandbox has not killed it (a killed namespace may linger a while)."""
+        return self.km.is_alive() and not sandbox.kill_note(self.scratch).exists()
 
-    def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None) -> CellRun:
+    def _check_channels(self) -> None:
+        for mon in self._monitors:
+            if mon.poll(0):
+                for _ in range(10):  # a kernel that died closes its channels too: say that instead
+                    if not self.alive():
+                        raise KernelDied("the kernel died")
+                    time.sleep(0.05)
+                self.kill()
+                raise ChannelBroken(f"the kernel sent more than {self.limits.max_reply_bytes} bytes in one message "
+                                    "(printed output or a reply), or closed its channel; stopped")
+
+    def settle(self) -> None:
+        """After an interrupt: make sure it was spent in the cell it was meant for, not in the next one."""
+        for _ in range(3):
+            if self.run("pass", timeout=10, silent=True, _settling=True).ok:
+                return
+
+    def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None,
+            _settling: bool = False) -> CellRun:
         if not self.alive():
             raise KernelDied("the kernel died")
+        self._check_channels()
         msg_id = self.kc.execute(code, silent=silent, store_history=False, allow_stdin=False,
                                  user_expressions=user_expressions or {}, stop_on_error=False)
         deadline = time.monotonic() + timeout
@@ -147,6 +208,7 @@ class KernelSession:
             except queue.Empty:
                 if reply is None and not self.alive():
                     raise KernelDied("the kernel died") from None
+                self._check_channels()
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
@@ -171,7 +233,8 @@ class KernelSession:
                     self.output.append(text)
                 elif not result.output_capped:
                     result.output_capped, result.ok = True, False
-                    result.error = result.error or f"OutputLimit: more than {self.limits.max_output_bytes} bytes of output"
+                    cap = self.limits.max_output_bytes
+                    result.error = result.error or f"OutputLimit: more than {cap} bytes of output"
                     if interrupted_at is None and reply is None:
                         interrupted_at = time.monotonic()
                         self.km.interrupt_kernel()
@@ -181,6 +244,7 @@ class KernelSession:
             except queue.Empty:
                 if not self.alive():
                     raise KernelDied("the kernel died") from None
+                self._check_channels()
                 self.kill()
                 raise KernelDied("no reply from the kernel") from None
             if msg.get("parent_header", {}).get("msg_id") == msg_id:
@@ -191,23 +255,29 @@ class KernelSession:
             if not result.error:
                 result.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:2000]
         result.expressions = content.get("user_expressions", {}) or {}
+        if interrupted_at is not None and not _settling:
+            self.settle()
         return result
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already gone
             self.km.shutdown_kernel(now=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
 
     def close(self) -> None:
-        try:
+        for mon in getattr(self, "_monitors", []):
+            mon.close(linger=0)
+        with contextlib.suppress(Exception):
             self.kc.stop_channels()
-        except Exception:  # noqa: BLE001
-            pass
+        note = sandbox.kill_note(self.scratch)
+        if note.exists():  # its launcher is reaping the namespace; left to finish, it removes its memory cgroup
+            end = time.monotonic() + SANDBOX_TEARDOWN_S
+            while self.km.is_alive() and time.monotonic() < end:
+                time.sleep(0.1)
         self.kill()
-        try:
+        with contextlib.suppress(Exception):
             self.km.cleanup_resources()
-        except Exception:  # noqa: BLE001
-            pass
+        sandbox.remove_left_cgroup(self.scratch)
+        cgroups.sweep()  # groups that earlier closes had to leave while their processes were still dying
+        note.unlink(missing_ok=True)
         self._log.close()
         self._ctx.destroy(linger=0)

@@ -8,9 +8,14 @@ import shutil
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from traitlets.config import Config
 
 from autograder.course import CODE_STUB, SOLUTIONS
+
+if TYPE_CHECKING:
+    from nbgrader.apps import NbGraderAPI
 
 
 def _venv_on_path() -> None:
@@ -20,7 +25,7 @@ def _venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
-def make_api(root: Path, cell_timeout_s: int = 600):
+def make_api(root: Path, cell_timeout_s: int = 600) -> NbGraderAPI:
     from nbgrader.apps import NbGraderAPI
 
     _venv_on_path()
@@ -35,7 +40,8 @@ def make_api(root: Path, cell_timeout_s: int = 600):
     return NbGraderAPI(config=cfg)
 
 
-def generate(root: Path, chapter: str, solutions: Path = SOLUTIONS, cell_timeout_s: int = 600):
+def generate(root: Path, chapter: str, solutions: Path = SOLUTIONS,
+             cell_timeout_s: int = 600) -> tuple[NbGraderAPI, Path]:
     """Copy the chapter's source notebook into ``root`` and run nbgrader's generate_assignment.
 
     Returns the API (its gradebook now knows the chapter's grade cells) and the released notebook path.
@@ -46,5 +52,6 @@ def generate(root: Path, chapter: str, solutions: Path = SOLUTIONS, cell_timeout
     api = make_api(root, cell_timeout_s)
     result = api.generate_assignment(chapter, force=True, create=True)
     if not result["success"]:
-        raise RuntimeError(f"nbgrader could not generate {chapter}:\n{result.get('log', '')}\n{result.get('error', '')}")
+        log, error = result.get("log", ""), result.get("error", "")
+        raise RuntimeError(f"nbgrader could not generate {chapter}:\n{log}\n{error}")
     return api, root / "release" / chapter / f"{chapter}.ipynb"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import threading
 import types
+from typing import Any
 
 _LOCK = threading.Lock()
 
@@ -21,9 +22,17 @@ def parse(src: str) -> ast.Module:
         return ast.parse(src)
 
 
-def literal_eval(text: str):
+def literal_eval(text: str) -> Any:
     with _LOCK:
         return ast.literal_eval(text)
+
+
+def transform(src: str) -> str:
+    """A notebook cell (IPython syntax) as plain Python."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    with _LOCK:
+        return TransformerManager().transform_cell(src)
 
 
 def notebook_code(src: str, filename: str) -> types.CodeType:
@@ -43,7 +52,8 @@ def decorated_functions(src: str, decorator: str) -> dict[str, str]:
         out = {}
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and any(
-                    (isinstance(d, ast.Attribute) and d.attr == decorator) or (isinstance(d, ast.Name) and d.id == decorator)
+                    (isinstance(d, ast.Attribute) and d.attr == decorator)
+                    or (isinstance(d, ast.Name) and d.id == decorator)
                     for d in node.decorator_list):
                 node.decorator_list = []
                 out[node.name] = ast.unparse(node)

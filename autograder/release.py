@@ -21,14 +21,18 @@ import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import course
 
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
 MANIFEST = ".release.json"
-_SOURCE_LINE = re.compile(r'^(\s*SCALELIB_SOURCE = )"[^"\n]*"', re.M)
+_SOURCE_LINE = re.compile(r'^(\s*SCALELIB_SOURCE = )"[^"\n]*"', re.MULTILINE)
 _STUB_RAISE = 'raise NotImplementedError("write your answer here")'
 _GITHUB = re.compile(r"^\S+\s*@\s*git\+https://github\.com/([\w.-]+)/([\w.-]+?)(?:\.git)?(?:@([\w./-]+))?$")
-_TABLE = re.compile(r"(<!-- chapters:start -->\n)(.*?)(<!-- chapters:end -->)", re.S)
+_TABLE = re.compile(r"(<!-- chapters:start -->\n)(.*?)(<!-- chapters:end -->)", re.DOTALL)
 _ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*(.*?)\s*\|\s*(.*?)\s*\|$")
 
 # What JupyterLab 4 writes back when it opens a notebook on a python3 kernel, and what Colab keeps: a
@@ -44,7 +48,7 @@ class ReleaseError(RuntimeError):
     """The sources cannot be released as they are; the message says what to change."""
 
 
-def stamp_install_source(nb, install_source: str) -> int:
+def stamp_install_source(nb: NotebookNode, install_source: str) -> int:
     """Point the set-up cell's ``SCALELIB_SOURCE = "..."`` at ``install_source``; returns cells changed."""
     if '"' in install_source or "\n" in install_source:
         raise ReleaseError(f"install source {install_source!r} must not contain quotes or newlines")
@@ -58,7 +62,7 @@ def stamp_install_source(nb, install_source: str) -> int:
     return changed
 
 
-def name_stubs(nb) -> int:
+def name_stubs(nb: NotebookNode) -> int:
     """Each answer cell's stub raises ``NotImplementedError`` naming its exercise; returns stubs named."""
     from nbgrader.utils import compute_checksum
 
@@ -76,7 +80,7 @@ def name_stubs(nb) -> int:
     return named
 
 
-def normalize(nb) -> None:
+def normalize(nb: NotebookNode) -> None:
     """Outputs and counts off; metadata reduced to what students, JupyterLab, Colab and nbgrader need."""
     for cell in nb.cells:
         if cell.cell_type == "code":
@@ -126,14 +130,16 @@ def readme_with_table(readme: str, chapters: list[str], install_source: str) -> 
     for row in rows:
         m = _ROW.match(row)
         if m is None:
-            raise ReleaseError(f"README.md chapter table: cannot read the row {row!r} (expected | n | notebook | text |)")
+            raise ReleaseError(f"README.md chapter table: cannot read the row {row!r} "
+                               "(expected | n | notebook | text |)")
         name = re.search(r"`(\d\d_\w+)`", m.group(2))
         if name is None:
             raise ReleaseError(f"README.md chapter table: the row {row!r} names no notebook like `01_rooflines`")
         described[name.group(1)] = m.group(3)
     missing = [c for c in chapters if c not in described]
     if missing:
-        raise ReleaseError(f"README.md chapter table has no row for {', '.join(missing)}; add one (| n | `name` | what |)")
+        raise ReleaseError(f"README.md chapter table has no row for {', '.join(missing)}; "
+                           "add one (| n | `name` | what |)")
     out = []
     for chapter in chapters:
         url = colab_url(install_source, chapter)

@@ -163,6 +163,24 @@ def forbid(*functions: Callable) -> Iterator[None]:
             fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
 
 
+def allow(*parts: object) -> None:
+    """Declare, in an exercise's test cell, what of scalelib its answer may use while it is graded.
+
+    ``ex.allow(compat, rc.on_mesh)``: whole modules, or top-level functions and classes of a module. In a notebook
+    this only checks that each part belongs to scalelib. The autograder reads the declaration and starts the
+    student's kernel with that part of the library and nothing else (the rest is not in its file system), so an
+    answer cannot hand its work to another scalelib function. Without a declaration, no part of scalelib is
+    there; scalelib objects a test passes to the student's function arrive as their fields (data only).
+    """
+    for part in parts:
+        if isinstance(part, types.ModuleType):
+            ok = part.__name__ == "scalelib" or part.__name__.startswith("scalelib.")
+        else:
+            ok = callable(part)  # a function or class of a scalelib module (compat.shard_map is jax's own)
+        if not ok:
+            raise TypeError(f"allow() takes scalelib modules and their functions and classes, got {part!r:.80}")
+
+
 def probe(fn: Callable) -> Callable:
     """Mark a test-cell helper that must run next to the student's code; returns ``fn`` unchanged.
 

@@ -23,3 +23,17 @@ def answered(chapter, edit=None):
         src = re.sub(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", "", solved[gid].source, flags=re.M)
         cell.source = edit(gid, src) if edit else src
     return student
+
+
+def delegating(chapter):
+    """The student notebook whose every answer hands the work to scalelib (tests/delegations.py)."""
+    from tests.delegations import DELEGATIONS
+
+    answers = DELEGATIONS.get(chapter, {})
+
+    def delegate(gid, src):
+        eid = gid[: -len("-answer")]
+        assert eid in answers, f"tests/delegations.py has no answer for {eid} that delegates to scalelib: add one"
+        return answers[eid].lstrip()
+
+    return answered(chapter, delegate)

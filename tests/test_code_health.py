@@ -16,6 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 CHECKED = [
     "scalelib",
     "course.py",
+    "autograder",
 ]
 
 pytestmark = pytest.mark.health

@@ -7,8 +7,8 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder import course, grade
-from tests.notebook_answers import answered
+from autograder import course, grade, report
+from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
 
@@ -37,12 +37,14 @@ def graded(tmp_path_factory):
     shutil.copy(course.CHAPTERS / f"{CHAPTER}.ipynb", subs / "bob" / f"{CHAPTER}.ipynb")  # untouched
     nbformat.write(_answered(wrong=True), subs / "carol.ipynb")
     (subs / "dave.ipynb").write_text("{ this is not json")
+    nbformat.write(delegating(CHAPTER), subs / "delegator.ipynb")
+    nbformat.write(delegating(CHAPTER), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
     archive = tmp / "subs.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for p in subs.rglob("*.ipynb"):
             zf.write(p, p.relative_to(subs))
     out = tmp / "out"
-    results = {r.student: r for r in grade.grade(archive, CHAPTER, out)}
+    results = {r.student: r for r in grade.grade(archive, CHAPTER, out, unrestricted=frozenset({"delegator_open"}))}
     rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
     return results, rows, out
 
@@ -51,6 +53,11 @@ def test_full_marks_for_a_complete_answer(graded):
     results, rows, _ = graded
     assert results["alice"].status == "graded"
     assert results["alice"].score == results["alice"].max_score > 0
+
+
+def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
+    _, _, out = graded
+    assert not (out / "logs" / report.INSTRUCTOR_LOG).exists(), (out / "logs" / report.INSTRUCTOR_LOG).read_text()
 
 
 def test_untouched_notebook_scores_zero(graded):
@@ -123,24 +130,32 @@ def test_regrading_keeps_a_manual_score_and_flags_it(graded):
         assert gb.find_grade(WRONG, CHAPTER, CHAPTER, "alice").auto_score == results["alice"].exercises[WRONG]
 
 
-def test_kernel_helper_resolves_forbidden_methods_of_every_kind():
-    """ex.forbid(...) inside a test names functions by module and qualname; the kernel must find the
-    function object behind a plain method, a classmethod, a staticmethod and a property."""
-    import types
+def test_answers_that_delegate_to_the_library_earn_nothing(graded):
+    """Chapter 1's part of the delegation proof (the other chapters' is in test_grading_chapters.py)."""
+    results, rows, _ = graded
+    assert not {e: v for e, v in results["delegator"].exercises.items() if v}
+    assert "not available while this exercise is graded" in results["delegator"].messages["ch01-roofline-bounds"]
+    assert results["delegator_open"].score == results["delegator_open"].max_score
 
-    from autograder.judge import KERNEL_HELPER
 
-    class _Shell:
-        user_ns: dict = {}
 
-        def register_magic_function(self, *a, **k):
-            pass
+def test_feedback_a_student_understands(graded):
+    """Issue #10: each exercise by title and id; "all checks passed"; a failure's own message; never a line of a
+    hidden test; pages a web server can read."""
+    import html
 
-    ns = {"get_ipython": lambda: _Shell()}
-    exec(KERNEL_HELPER, ns)  # noqa: S102 - our own helper
-    resolve = next(c.cell_contents for c in ns["__grader__"].call.__closure__
-                   if isinstance(c.cell_contents, types.FunctionType) and c.cell_contents.__name__ == "resolve")
-    from scalelib.sharding import Sharding
+    from autograder import align
 
-    for qualname in ("Sharding.from_spec", "Sharding.local_shape"):
-        assert isinstance(resolve("scalelib.sharding", qualname), types.FunctionType), qualname
+    results, rows, out = graded
+    ch = align.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
+    alice, carol = ((out / "feedback" / f"{s}.html").read_text() for s in ("alice", "carol"))
+    for eid, ex in ch.exercises.items():
+        assert ex.title.startswith("Exercise 1.") and f"{html.escape(ex.title)}<br>" in alice and eid in alice
+    assert alice.count("all checks passed") == len(ch.exercises)
+    assert carol.count("all checks passed") == len(ch.exercises) - 1 and "critical batch = " in carol
+    hidden = {line.strip() for ex in ch.exercises.values()
+              for line in ex.test_source.split("### BEGIN HIDDEN TESTS", 1)[1].splitlines() if len(line.strip()) > 12}
+    for page in (out / "feedback").glob("*.html"):
+        text = page.read_text()
+        assert not [line for line in hidden if line in text], page.name
+        assert page.stat().st_mode & 0o777 == 0o644, page.name

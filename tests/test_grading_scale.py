@@ -167,6 +167,43 @@ FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x
 HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[f"{MIXED}-answer"],
              GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
 CRASH = _nb(**{GPU: "import os\nos._exit(3)\n"})
+BOUNDS = "ch01-roofline-bounds"
+# Hostile finding 1: switch off every switch-off the kernel could hold, then hand the work to the library by every
+# route there is. Under the old deny-list this earned full marks; the library is not in this kernel at all.
+SWITCH_OFF = _nb(**{BOUNDS: """
+import builtins, contextlib, glob, importlib, importlib.util, os, sys
+try:
+    from scalelib import exercise as _ex
+    _ex.forbid = lambda *a, **k: contextlib.nullcontext()
+except Exception:
+    pass
+_real_import = builtins.__import__
+builtins.__import__ = lambda name, *a, **k: _real_import(name, *a, **k)
+
+def _routes():
+    yield lambda: rl                                              # the chapter's own alias
+    yield lambda: importlib.import_module("scalelib.roofline")
+    yield lambda: sys.modules["scalelib.roofline"]
+    for folder in [p for p in sys.path if os.path.isdir(p)]:        # the library's source or bytecode, anywhere
+        for path in glob.glob(os.path.join(folder, "**", "roofline*.py*"), recursive=True):
+            def load(path=path):
+                spec = importlib.util.spec_from_file_location("stolen_roofline", path)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                return mod
+            yield load
+
+def roofline_bounds(flops, num_bytes, flops_per_s, bytes_per_s):
+    for route in _routes():
+        try:
+            t = route().roofline_time(flops, num_bytes, flops_per_s, bytes_per_s)
+            return t.lower_bound_s, t.upper_bound_s
+        except Exception:
+            continue
+    return 0.0, 0.0
+"""})
+# Hostile finding 2: a reply far over the channel's cap costs its exercise only.
+BIG_REPLY = _nb(**{GPU: "def gpu_critical_batch(a, b):\n    return [0.5] * 20_000_000\n"})
 FORK_BOMB = _nb(**{MIXED: "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"})
 
 ROSTER = """student,name,id,email
@@ -181,6 +218,8 @@ flood,Flo Od,1010,f@uni.edu
 hog,Ho Gg,1011,hog@uni.edu
 crash,Cra Sh,1012,cr@uni.edu
 forker,For Ker,1017,fk@uni.edu
+switcher,Swit Cher,1018,sw@uni.edu
+bigreply,Big Reply,1019,br@uni.edu
 dave,Dave Invalid,1013,d@uni.edu
 erin,Erin Wrong,1014,e@uni.edu
 frank,Frank Partial,1015,fr@uni.edu
@@ -212,6 +251,8 @@ def run(tmp_path_factory):
     files["gg_1011_5011_01_rooflines.ipynb"] = (w(HOG), t0)
     files["sh_1012_5012_01_rooflines.ipynb"] = (w(CRASH), t0)
     files["ker_1017_5017_01_rooflines.ipynb"] = (w(FORK_BOMB), t0)
+    files["swit_1018_5018_01_rooflines.ipynb"] = (w(SWITCH_OFF), t0)
+    files["reply_1019_5019_01_rooflines.ipynb"] = (w(BIG_REPLY), t0)
     files["invalid_1013_5013_01_rooflines.ipynb"] = ("{ this is not json", t0)
     ch2 = nbformat.read(course.CHAPTERS / "02_tpus.ipynb", as_version=4)
     files["wrong_1014_5014_01_rooflines.ipynb"] = (w(ch2), t0)  # named for ch 1, but is chapter 2
@@ -371,9 +412,16 @@ def test_resumable_rerun_skips_graded_students(run):
     assert (out / "results" / "alice.json").read_text() == before
 
 
-def test_name_parsing():
-    chapters = course.chapter_names()
-    assert submissions.parse_name(Path("smith_123_456_Copy of 01_rooflines (2).ipynb"), chapters)[0::2] == ("smith", 2)
-    student, keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
-    assert (student, resub, chapter) == ("bob", 3, CH)
-    assert submissions.parse_name(Path("alice.ipynb"), chapters)[0] == "alice"
+def test_switching_off_the_switch_off_gains_nothing(run):
+    """Hostile finding 1: ex.forbid and __import__ rebound, then the library sought by alias, import, sys.modules
+    and its files: nothing of scalelib.roofline is in the kernel, so the answer scores 0, and the rest is honest."""
+    res, *_ = run
+    s = res["switcher"]
+    assert s.exercises[BOUNDS] == 0 and s.score == FULL - res["alice"].exercises[BOUNDS], s.messages
+
+
+def test_an_oversized_reply_costs_only_its_exercise(run):
+    res, *_ = run
+    b = res["bigreply"]
+    assert b.exercises[GPU] == 0 and b.score == FULL - res["alice"].exercises[GPU], (b.detail, b.messages)
+

@@ -27,3 +27,64 @@ def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
         assert time.monotonic() - start < 30
     finally:
         session.close()
+
+
+def test_an_oversized_reply_costs_the_call_not_the_grader(tmp_path):
+    """Hostile finding 2: what crosses the channel is capped before the grader reads it."""
+    import resource
+
+    from autograder.kernel import ChannelBroken
+
+    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "", max_reply_bytes=2**20)
+    session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
+    try:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        session.run("forged = 'x' * 120_000_000", timeout=60, silent=True)
+        with pytest.raises(ChannelBroken, match="more than 1048576 bytes in one message"):
+            session.run("pass", timeout=60, silent=True, user_expressions={"r": "forged"})
+        grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+        assert grown_mb < 100, grown_mb  # the reply (120 MB, repr'd) was never read
+    finally:
+        session.close()
+
+
+def test_a_flood_on_the_kernels_own_stderr_is_not_blamed_on_the_next_cell(tmp_path):
+    """Hostile finding 7: 100 MB written to fd 2 in one cell; the next cell runs clean, unblamed."""
+    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "", max_output_bytes=10_000)
+    session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
+    try:
+        flood = session.run("import os, sys\nfor _ in range(50):\n    os.write(2, b'x' * 2**20)\n"
+                            "sys.__stderr__.write('y' * 50_000_000)\n", timeout=120)
+        assert flood.ok, flood.error
+        time.sleep(1)  # anything late would arrive now
+        after = session.run("print('next cell')", timeout=30)
+        assert after.ok and not after.output_capped and not after.timed_out
+        assert session.output[-1] == "next cell\n"
+    finally:
+        session.close()
+    assert (tmp_path / "kernel.log").stat().st_size < 200_000
+
+
+def test_no_kernel_outlives_its_grader(tmp_path):
+    """A grader killed outright (no cleanup runs) takes its sandboxes and kernels with it."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time\nfrom pathlib import Path\nfrom autograder.kernel import KernelSession, Limits\n"
+            "d = Path(sys.argv[1])\nKernelSession(d / 'scratch', Limits(memory_mb=0), d / 'log')\n"
+            "print('started', flush=True)\ntime.sleep(600)\n")
+    def mine() -> list[str]:
+        return subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True, check=False).stdout.split()
+
+    grader = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert grader.stdout.readline().strip() == "started"
+        assert len(mine()) >= 2  # the sandbox launcher and the kernel
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    deadline = time.monotonic() + 10
+    while mine() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mine() == []

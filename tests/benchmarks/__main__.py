@@ -12,9 +12,9 @@ Prints, side by side in one run:
   x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
 * with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
   (tests/benchmarks/serving.py).
-* with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed) against
-  sequential ``nbgrader autograde`` on the same N copies of a chapter's solution, and our per-notebook
-  overhead against the notebook's own execution time.
+* with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
+  against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
+* with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def nbgrader_sequential_seconds(name: str, subs: Path, work: Path) -> float:
     return time.perf_counter() - start
 
 
-def grading_throughput(name: str = "01_rooflines", copies: int = 8, workers: int = 2) -> None:
+def grading_throughput(name: str = "01_rooflines", copies: int = 16, workers: int = 2) -> None:
     import warnings
 
     warnings.filterwarnings("ignore", module="nbgrader.api")
@@ -96,8 +96,32 @@ def grading_throughput(name: str = "01_rooflines", copies: int = 8, workers: int
     print(f"{'grader':34s} {'wall (s)':>9s} {'notebooks/min':>14s}")
     print(f"{'nbgrader autograde, sequential':34s} {theirs:9.1f} {60 * copies / theirs:14.1f}")
     print(f"{f'autograder grade, {workers} workers':34s} {ours:9.1f} {60 * copies / ours:14.1f}")
-    print(f"speed-up: {theirs / ours:.2f}x;  per notebook (one worker's view): {per_nb:.1f} s, "
-          f"{per_nb - own:+.1f} s ({per_nb / own:.2f}x) over the notebook's own execution")
+    print(f"speed-up: {theirs / ours:.2f}x;  per notebook (one worker's view): {per_nb:.1f} s "
+          f"({per_nb / own:.2f}x the notebook's own execution)")
+
+
+def sharded_class(name: str = "01_rooflines", copies: int = 64, n_shards: int = 2, workers: int = 2) -> None:
+    """A class graded as ``n_shards`` shards, one after another here (on a cluster they run side by side), then
+    merged: each shard's wall time, the merge's, and what a cluster would take (slowest shard + merge)."""
+    from autograder import shards
+
+    with tempfile.TemporaryDirectory() as tmp:
+        subs = Path(tmp) / "subs"
+        subs.mkdir()
+        for i in range(copies):
+            shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / f"student{i:02d}.ipynb")
+        walls = []
+        for k in range(n_shards):
+            start = time.perf_counter()
+            part = grade.grade(subs, name, Path(tmp) / f"shard-{k}", workers=workers, quiet=True, shard=(k, n_shards))
+            walls.append(time.perf_counter() - start)
+            print(f"shard {k}/{n_shards}: {len(part)} notebooks in {walls[-1]:.1f} s", flush=True)
+        start = time.perf_counter()
+        merged = shards.merge([Path(tmp) / f"shard-{k}" for k in range(n_shards)], Path(tmp) / "class")
+        merge_s = time.perf_counter() - start
+        assert len(merged) == copies and all(r.score == r.max_score for r in merged)
+    print(f"{copies} copies of {name} as {n_shards} shards ({workers} workers each): shards {sum(walls):.1f} s one "
+          f"after another, merge {merge_s:.1f} s; on {n_shards} machines: {max(walls) + merge_s:.1f} s")
 
 
 def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float, float]]:
@@ -223,17 +247,21 @@ def main() -> int:
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
-    parser.add_argument("--copies", type=int, default=8, help="notebooks for --grading")
-    parser.add_argument("--workers", type=int, default=2, help="workers for --grading")
+    parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
+    parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
+    parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
     parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
     args = parser.parse_args()
+    if args.shards:
+        sharded_class(copies=args.copies or 64, n_shards=args.shards, workers=args.workers)
+        return 0
     if args.multiprocess:
         from tests.benchmarks import multiprocess
 
         multiprocess.report()
         return 0
     if args.grading:
-        grading_throughput(copies=args.copies, workers=args.workers)
+        grading_throughput(copies=args.copies or 16, workers=args.workers)
         return 0
     if args.trace:
         print(f"jax {jax.__version__}: trace of 3 steps on 8 simulated devices (medians of 5 captures)")

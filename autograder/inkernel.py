@@ -1,0 +1,274 @@
+"""The grader's helper inside a student's kernel.
+
+This module is not imported by the kernel: the grader sends its source text (:func:`program`) as the first cell a
+fresh kernel runs, before any student code, and keeps the object :func:`install` returns as ``__grader__``. It
+lives here as a real module so that linters, type checkers and tests see it.
+
+Nothing in it is trusted once the student's code has run: the student can rebind every name here. It can only
+ever call the student's own functions and encode what they return; every verdict is reached in the grader, and
+what the grader accepts back is capped in size and decoded as plain data (see :func:`autograder.judge.decode`).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import io
+import pickle
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+MAX_DEPTH = 40
+ARRAY_DTYPES = {"b": "|b1", "i": "<i8", "u": "<i8", "f": "<f8"}  # array kinds that travel, and as what
+
+
+class TooLarge(ValueError):
+    pass
+
+
+class Reply:
+    """The value of the grader's user expression. IPython sends ``_repr_json_`` as ``application/json``: the grader
+    reads a JSON object, with no ``repr`` to parse."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+
+    def _repr_json_(self) -> dict[str, Any]:
+        return self.data
+
+    def __repr__(self) -> str:
+        return ""
+
+
+class _Budget:
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+
+    def take(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise TooLarge("the value is too large to send to the grader")
+
+
+def encode(value: Any, budget: _Budget, depth: int = 0) -> Any:
+    """``value`` as JSON-ready plain data: None, bool, int, float, str, lists, and tagged tuples, dicts and arrays.
+
+    Anything else becomes ``{"opaque": type name, "repr": ...}``, which the grader never treats as equal to anything.
+    """
+    import numpy as np
+
+    t = type(value)
+    if depth > MAX_DEPTH:
+        raise ValueError("the value is nested too deeply")
+    budget.take(16)
+    if value is None or t in (bool, int, float):
+        return value
+    if t is str:
+        budget.take(len(value))
+        return value
+    if t is tuple:
+        return {"tuple": [encode(x, budget, depth + 1) for x in value]}
+    if t is list:
+        return [encode(x, budget, depth + 1) for x in value]
+    if t is dict:
+        return {"dict": [[encode(k, budget, depth + 1), encode(x, budget, depth + 1)] for k, x in value.items()]}
+    if isinstance(value, np.generic) and t.__module__ == "numpy" and value.dtype.kind in ARRAY_DTYPES:
+        return encode(value.item(), budget, depth + 1)
+    if t is np.ndarray or (t.__module__.startswith("jax") and hasattr(value, "shape")):
+        a = np.asarray(value)
+        if a.dtype.kind in ARRAY_DTYPES:
+            raw = np.ascontiguousarray(a, dtype=ARRAY_DTYPES[a.dtype.kind]).tobytes()
+            budget.take(len(raw) * 4 // 3)
+            return {"array": base64.b64encode(raw).decode(), "dtype": ARRAY_DTYPES[a.dtype.kind],
+                    "shape": [int(n) for n in a.shape]}
+    try:
+        text = repr(value)[:200]
+    except BaseException:
+        text = ""
+    return {"opaque": t.__name__, "repr": text}
+
+
+class NotAvailable(LookupError):
+    """A part of scalelib (or a value made with it) that the exercise being graded does not allow."""
+
+
+class Poison:
+    """Stands for a name the kernel may not have while this exercise is graded; any use raises NotAvailable."""
+
+    def __init__(self, message: str) -> None:
+        object.__setattr__(self, "_message", message)
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotAvailable(object.__getattribute__(self, "_message"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)  # numpy, pickle and IPython probe such names; they must fail quietly
+        raise NotAvailable(object.__getattribute__(self, "_message"))
+
+    __call__ = __getitem__ = __iter__ = __len__ = __float__ = __int__ = __index__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __setattr__ = __setitem__ = __bool__ = __array__ = _refuse
+
+    def __repr__(self) -> str:
+        return f"<not available: {object.__getattribute__(self, '_message')}>"
+
+
+class Record:
+    """A scalelib object that travelled as data (see ``autograder.transfer``): its fields, none of its methods."""
+
+    __slots__ = ("_fields", "_kind")
+
+    def __init__(self, kind: str, fields: dict[str, Any]) -> None:
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_fields", dict(fields))
+
+    def __getattr__(self, name: str) -> Any:
+        fields = object.__getattribute__(self, "_fields")
+        if name in fields:
+            return fields[name]
+        if name.startswith("_"):
+            raise AttributeError(name)
+        kind = object.__getattribute__(self, "_kind")
+        raise NotAvailable(f"{kind}.{name} is not available while this exercise is graded: this {kind} carries its "
+                           f"fields only ({', '.join(fields)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: the object is frozen")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Record and (self._kind, self._fields) == (other._kind, other._fields)
+
+    def __hash__(self) -> int:
+        return hash((self._kind, tuple(self._fields.items())))
+
+    def __repr__(self) -> str:
+        return f"{self._kind}({', '.join(f'{k}={v!r}' for k, v in self._fields.items())})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (make_record, (self._kind, self._fields))
+
+
+def make_record(kind: str, fields: dict[str, Any]) -> Record:
+    return Record(kind, fields)
+
+
+_TUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def make_tuple(kind: str, fields: tuple[str, ...], values: tuple[Any, ...]) -> tuple:
+    """A named tuple with the same fields (a JAX pytree like the original), without the original's methods."""
+    import collections
+
+    cls = _TUPLES.get((kind, fields))
+    if cls is None:
+        cls = _TUPLES[(kind, fields)] = collections.namedtuple(kind, fields)
+    return cls(*values)
+
+
+class LazyModule(types.ModuleType):
+    """A module bound by a demo cell, imported the first time it is used (most answers never touch most of them)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.__dict__["_lazy_target"] = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self.__dict__["_lazy_target"]), attr)
+
+    def __repr__(self) -> str:
+        return f"<module {self.__dict__['_lazy_target']!r} (imported on first use)>"
+
+
+class _Unavailable:
+    """Last on sys.meta_path: an import of a part of scalelib the kernel does not hold says why."""
+
+    def __init__(self, allowed: str) -> None:
+        self.allowed = allowed
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.startswith("scalelib."):
+            raise ModuleNotFoundError(f"{name} is not available while this exercise is graded; it may use "
+                                      f"{self.allowed}", name=name)
+
+
+class _Sink(io.TextIOBase):
+    def write(self, s: str) -> int:
+        return len(s)
+
+
+class Helper:
+    """Calls the student's functions for the grader; bound to ``__grader__`` in the kernel."""
+
+    def __init__(self, shell: Any, max_reply_bytes: int) -> None:
+        self.shell = shell
+        self.max_reply_bytes = max_reply_bytes
+
+    def _reply(self, produce: Any) -> Reply:
+        try:
+            return Reply({"ok": encode(produce(), _Budget(self.max_reply_bytes))})
+        except BaseException as err:
+            return Reply({"err": (type(err).__name__ + ": " + str(err))[:2000]})
+
+    def call(self, name: str, payload: str) -> Reply:
+        """Call the student's ``name`` with the grader's pickled ``(args, kwargs)``; printing is swallowed."""
+
+        def run() -> Any:
+            fn = self.shell.user_ns[name]
+            args, kwargs = pickle.loads(base64.b64decode(payload))  # the grader's own bytes
+            with contextlib.redirect_stdout(_Sink()):
+                return fn(*args, **kwargs)
+
+        return self._reply(run)
+
+    def bind(self, payload: str) -> Reply:
+        """Bind what the instructor's set-up and demo cells bound, as the grader sends it (see trusted.py)."""
+        ns = self.shell.user_ns
+        unreadable = []
+        for kind, name, data in pickle.loads(base64.b64decode(payload)):  # the grader's own bytes
+            if kind == "delete":
+                ns.pop(name, None)
+            elif kind == "module":
+                ns[name] = LazyModule(data)
+            elif kind == "poison":
+                ns[name] = Poison(data)
+            else:
+                try:
+                    ns[name] = pickle.loads(data)
+                except Exception as err:
+                    ns[name] = Poison(f"{name} could not be recreated in this kernel ({type(err).__name__}: {err})")
+                    unreadable.append(name)
+        return Reply({"ok": unreadable})
+
+    def value(self, name: str) -> Reply:
+        return self._reply(lambda: self.shell.user_ns[name])
+
+
+def install(shell: Any, max_reply_bytes: int, allowed: str = "") -> Helper:
+    """Set the kernel up for grading and return the helper. ``allowed`` says what of scalelib the kernel holds."""
+    sys.meta_path.append(_Unavailable(allowed or "nothing of scalelib"))
+    # Records (see make_record) are pickled by the grader as autograder.inkernel.make_record: resolve them here.
+    here = types.ModuleType("autograder.inkernel")
+    here.__dict__.update({k: v for k, v in globals().items() if not k.startswith("__")})
+    sys.modules.setdefault("autograder", types.ModuleType("autograder"))
+    sys.modules["autograder.inkernel"] = here
+    # Grading keeps text only: figures are drawn on no screen and never rendered to PNG; `%matplotlib inline`
+    # in a cell would switch rendering back on.
+    shell.register_magic_function(lambda line="": None, "line", "matplotlib")
+    return Helper(shell, max_reply_bytes)
+
+
+def program(max_reply_bytes: int, allowed: str = "") -> str:
+    """The cell that installs the helper in a fresh kernel as ``__grader__`` (this module's source, run there)."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    return (f"__grader_ns = {{'__name__': 'autograder.inkernel'}}\n"
+            f"exec(compile({source!r}, 'autograder/inkernel.py', 'exec'), __grader_ns)\n"
+            f"__grader__ = __grader_ns['install'](get_ipython(), {int(max_reply_bytes)}, {allowed!r})\n"
+            "del __grader_ns\n")
+
+
+__all__ = ["Helper", "LazyModule", "NotAvailable", "Poison", "Record", "Reply", "encode", "install", "make_record",
+           "make_tuple", "program"]

@@ -1,0 +1,255 @@
+"""The instructor's notebook, run once per grading run in the grader's own interpreter (the trusted context).
+
+It gives the judge a namespace snapshot before every test cell (expected values are computed there, with the full
+library), and it records what each set-up and demo cell binds, so that a student's kernel never runs an
+instructor cell: it receives those bindings instead (:meth:`TrustedContext.bindings_for`). A binding is a module
+(sent as its name), a value (pickled here, once), or something that cannot be sent. Which of them a kernel gets
+depends on its exercise's surface: a value made of scalelib classes outside the surface, or a scalelib module
+outside it, arrives as a stand-in that says so when used.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import builtins
+import contextlib
+import io
+import pickle
+import sys
+import threading
+import time
+import types
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from autograder import pysource, transfer
+from autograder.align import Chapter
+from autograder.surface import Surface
+from autograder.transfer import library_refs
+
+MAX_VALUE_BYTES = 64 * 2**20  # a demo value larger than this is not sent to kernels
+_SKIP = {"__builtins__", "__name__", "get_ipython", "In", "Out", "exit", "quit"}
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    kind: str  # "module", "value", "unsendable" or "deleted"
+    module: str = ""  # kind "module": its name
+    data: bytes = b""  # kind "value": its pickle
+    refs: frozenset[tuple[str, str]] = frozenset()  # scalelib (and __main__) classes and functions the pickle needs
+    plain: bytes = b""  # kind "value": its pickle with scalelib data classes as records (b"" if that needs more)
+    why: str = ""  # kind "unsendable": why not
+
+
+class _ThreadStdout(io.TextIOBase):
+    """``sys.stdout`` while grading: writes from a thread marked quiet are dropped, the rest go on as before.
+
+    ``contextlib.redirect_stdout`` swaps a process-wide object; two threads doing it at once (the trusted context
+    and nbgrader's converters) can leave the grader's own output going nowhere.
+    """
+
+    def __init__(self, real: TextIO) -> None:
+        self.real = real
+
+    def write(self, text: str) -> int:
+        return len(text) if getattr(_QUIET, "on", False) else self.real.write(text)
+
+    def flush(self) -> None:
+        if not getattr(_QUIET, "on", False):
+            self.real.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+_QUIET = threading.local()
+
+
+@contextlib.contextmanager
+def quiet_thread() -> Iterator[None]:
+    """Drop what this thread prints to ``sys.stdout`` (other threads print as usual)."""
+    if not isinstance(sys.stdout, _ThreadStdout):
+        sys.stdout = _ThreadStdout(sys.stdout)
+    _QUIET.on = True
+    try:
+        yield
+    finally:
+        _QUIET.on = False
+
+
+def _binding(name: str, value: Any) -> Binding:
+    if isinstance(value, types.ModuleType):
+        return Binding(name, "module", module=value.__name__)
+    kind = type(value).__module__ or ""
+    if kind.startswith("matplotlib"):
+        return Binding(name, "unsendable", why="a figure or plot object (never sent to a kernel)")
+    try:
+        data = pickle.dumps(value, protocol=4)
+    except Exception as err:
+        return Binding(name, "unsendable", why=f"a {type(value).__name__}, which cannot be sent ({type(err).__name__})")
+    if len(data) > MAX_VALUE_BYTES:
+        return Binding(name, "unsendable", why=f"too large to send ({len(data)} bytes)")
+    try:
+        refs = frozenset(library_refs(data))
+        plain = transfer.dumps(value, transfer.never) if refs else data
+        if library_refs(plain):
+            plain = b""
+    except ValueError as err:
+        return Binding(name, "unsendable", why=str(err))
+    return Binding(name, "value", data=data, refs=refs, plain=plain)
+
+
+def _names_read(src: str) -> set[str]:
+    try:
+        tree = pysource.parse(pysource.transform(src))
+    except SyntaxError:
+        return set()
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+
+
+class _IPythonStub:
+    """Enough of get_ipython() for the instructor's cells to run in the grader (magics are ignored)."""
+
+    def run_line_magic(self, *a: Any, **k: Any) -> None:
+        return None
+
+    def run_cell_magic(self, *a: Any, **k: Any) -> None:
+        return None
+
+    def system(self, *a: Any, **k: Any) -> None:
+        return None
+
+    getoutput = system
+
+
+class TrustedContext:
+    """The instructor's notebook run once in the grader: snapshots before test cells, bindings of demo cells."""
+
+    def __init__(self, chapter: Chapter) -> None:
+        self.chapter = chapter
+        self.snapshots: dict[str, dict] = {}
+        self.recorded: dict[int, list[Binding]] = {}  # cell index -> what that set-up/demo cell bound
+        self.problems: list[str] = []
+        self.seconds = 0.0
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self._reached = 0  # cells run so far: kernels may replay up to here before the rest is ready
+        self._progress = threading.Condition()
+        self.exercise_module: types.ModuleType | None = None
+        self._payloads: dict[tuple[str, int, int], str] = {}
+        self._lock = threading.Lock()
+
+    def build(self) -> None:
+        start = time.perf_counter()
+        try:
+            self._build()
+        except BaseException as err:
+            self.error = err
+        finally:
+            self.seconds = time.perf_counter() - start
+            self.ready.set()
+            with self._progress:
+                self._reached = len(self.chapter.cells)
+                self._progress.notify_all()
+
+    def wait_for(self, cells: int, timeout: float) -> bool:
+        """Wait until the first ``cells`` cells have run (their snapshots and bindings exist); False on timeout."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self._reached >= cells or self.error is not None,
+                                           timeout=max(timeout, 0))
+
+    def _build(self) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg", force=True)
+        import matplotlib.pyplot as plt
+
+        from scalelib import exercise
+
+        ns: dict = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _IPythonStub}
+        last: dict[str, bytes] = {}
+        tests = [i for i, (kind, _, _) in enumerate(self.chapter.cells) if kind == "test"]
+        stop = tests[-1] + 1 if tests else 0  # nothing after the last test cell is needed by a kernel or a judge
+        for index, (kind, src, eid) in enumerate(self.chapter.cells[:stop]):
+            if kind == "test":
+                self.snapshots[eid] = dict(ns)
+            before = dict(ns)
+            try:
+                with warnings.catch_warnings(), quiet_thread():
+                    warnings.simplefilter("ignore")
+                    exec(pysource.notebook_code(src, f"<instructor {kind} {eid}>"), ns)
+            except Exception as err:
+                self.problems.append(f"{kind} cell {eid or ''}: {type(err).__name__}: {err}"[:300])
+            plt.close("all")
+            if kind in ("setup", "context"):
+                self.recorded[index] = self._changes(before, ns, _names_read(src), last)
+            self.exercise_module = exercise
+            with self._progress:
+                self._reached = index + 1
+                self._progress.notify_all()
+
+    @staticmethod
+    def _changes(before: dict, after: dict, read: set[str], last: dict[str, bytes]) -> list[Binding]:
+        out = []
+        for name, value in after.items():
+            if name in _SKIP or (name.startswith("__") and name.endswith("__")):
+                continue
+            if name in before and before[name] is value and name not in read:
+                continue  # untouched by this cell
+            b = _binding(name, value)
+            if name in before and before[name] is value and b.kind == "value" and last.get(name) == b.data:
+                continue  # read, not changed
+            if b.kind == "value":
+                last[name] = b.data
+            out.append(b)
+        out += [Binding(name, "deleted") for name in before if name not in after and name not in _SKIP]
+        return out
+
+    # -- what a kernel receives ------------------------------------------------------------------------------------
+
+    def bindings_for(self, surface: Surface, first: int, stop: int) -> str:
+        """The bindings of set-up/demo cells ``first`` to ``stop - 1`` as seen by a kernel with ``surface``: the
+        argument of ``__grader__.bind`` (base64 of a pickle of plain tuples). Computed once per run and surface."""
+        key = (surface.key, first, stop)
+        with self._lock:
+            if key not in self._payloads:
+                merged: dict[str, Binding] = {}
+                for index in range(first, stop):
+                    for b in self.recorded.get(index, []):
+                        merged.pop(b.name, None)
+                        merged[b.name] = b
+                entries = [_entry(b, surface) for b in merged.values()]
+                self._payloads[key] = base64.b64encode(pickle.dumps(entries, protocol=4)).decode()
+            return self._payloads[key]
+
+    def namespace(self, eid: str) -> dict:
+        """A copy of the namespace just before ``eid``'s test cell."""
+        return dict(self.snapshots[eid])
+
+
+def _entry(b: Binding, surface: Surface) -> tuple[str, str, Any]:
+    """One binding for a kernel: ("module", name, module), ("value", name, pickle), ("poison", name, message) or
+    ("delete", name, None)."""
+    allowed = surface.describe()
+    if b.kind == "deleted":
+        return ("delete", b.name, None)
+    if b.kind == "module":
+        lib = b.module == "scalelib" or b.module.startswith("scalelib.")
+        if not lib or b.module in surface.modules:
+            return ("module", b.name, b.module)
+        why = f"{b.name} ({b.module}) is not available while this exercise is graded; it may use {allowed}"
+        return ("poison", b.name, why)
+    if b.kind == "unsendable":
+        return ("poison", b.name, f"{b.name} is not available while this exercise is graded: {b.why}")
+    outside = sorted(f"{m}.{q}" for m, q in b.refs if m == "__main__" or not surface.allows(m, q))
+    if outside and b.plain:
+        return ("value", b.name, b.plain)  # its fields, without the methods of classes outside the surface
+    if outside:
+        why = (f"{b.name} is not available while this exercise is graded: it is made with {', '.join(outside[:3])}, "
+               f"and this exercise may use {allowed}")
+        return ("poison", b.name, why)
+    return ("value", b.name, b.data)

@@ -1,0 +1,51 @@
+"""autograder.align: finding the answers in a submission, with bounded work (issue #14, hostile finding 3)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from autograder import align, course
+
+pytestmark = pytest.mark.grading
+
+
+@pytest.fixture(scope="module")
+def chapter():
+    return align.load_chapter(course.SOLUTIONS / "01_rooflines.ipynb")
+
+
+def _long_cells(chapter, n: int, repeat: int) -> list[dict]:
+    """Cells built to be expensive to compare: near-copies of test and demo cells, long, all mentioning ex.check."""
+    r = random.Random(0)
+    bases = [e.visible_test for e in chapter.exercises.values()] + [s for k, s, _ in chapter.cells if k == "context"]
+    cells = []
+    for i in range(n):
+        base = bases[i % len(bases)]
+        noisy = "".join(c if r.random() > 0.3 else r.choice("abc()=") for c in base)
+        cells.append({"cell_type": "code", "metadata": {}, "source": (noisy + "\n") * repeat + "ex.check_close(1, 1, 1)\n"})
+    return cells
+
+
+def test_a_notebook_of_many_long_cells_is_read_in_bounded_time(chapter):
+    cells = _long_cells(chapter, 3000, 4)
+    start = time.perf_counter()
+    plan = align.plan(cells, chapter)
+    assert time.perf_counter() - start < 20  # unbounded, this takes minutes
+    assert plan.problems and "code cells were read" in plan.problems[0]
+    assert sorted(plan.not_found) == sorted(chapter.exercises)
+
+
+def test_reading_the_notebook_counts_against_its_time_limit(chapter):
+    with pytest.raises(align.AlignTimeout):
+        align.plan(_long_cells(chapter, 50, 1), chapter, deadline=time.monotonic() - 1)
+
+
+def test_answers_are_found_by_what_they_define(chapter):
+    eid, ex = next(iter(chapter.exercises.items()))
+    cells = [{"cell_type": "code", "metadata": {}, "source": ex.answer_source},
+             {"cell_type": "code", "metadata": {}, "source": "helper = 1"}]
+    plan = align.plan(cells, chapter)
+    assert plan.answers[eid] == ex.answer_source and not plan.problems

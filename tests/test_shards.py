@@ -1,0 +1,167 @@
+"""Shards and merge (autograder.shards), the SLURM and Kubernetes recipes (autograder/deploy), LMS exports.
+
+One small class is graded twice: once in one run, once as two shards through the SLURM array script (run here
+with the environment SLURM would give it) and joined by the merge script. Every file a class gets must come out
+byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from autograder import course, grade, shards
+from autograder.shards import MergeError
+from tests.notebook_answers import answered, delegating
+
+pytestmark = pytest.mark.grading
+
+CH = "06_training_llama3"
+DEPLOY = course.ROOT / "autograder" / "deploy"
+ROSTER = """student,name,id,sis_id,login,section
+alice,Alice Adams,101,S-101,aadams,A
+bob,Bob Brown,102,S-102,bbrown,A
+dora,Dora Dele,103,S-103,ddele,B
+zoë,Zoë Zed,104,S-104,zzed,B
+gina,Gina Gone,105,S-105,ggone,B
+"""
+
+
+def _slurm(script: str, env: dict[str, str]) -> None:
+    full = {**os.environ, "REPO": str(course.ROOT), "SCALELIB_PYTHON": sys.executable, **env}
+    run = subprocess.run(["bash", str(DEPLOY / "slurm" / script)], env=full, capture_output=True, text=True,
+                         timeout=900, check=False)
+    assert run.returncode == 0, (script, run.stdout[-2000:], run.stderr[-2000:])
+
+
+@pytest.fixture(scope="module")
+def classes(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shards")
+    subs = tmp / "subs"
+    subs.mkdir()
+    nbformat.write(answered(CH), subs / "adams_101_1_06_training_llama3.ipynb")
+    shutil.copy(course.CHAPTERS / f"{CH}.ipynb", subs / "brown_102_2_06_training_llama3.ipynb")  # untouched
+    nbformat.write(delegating(CH), subs / "dele_103_3_06_training_llama3.ipynb")
+    nbformat.write(answered(CH), subs / "zed_104_4_06_training_llama3.ipynb")
+    (subs / "zed_104_9_06_training_llama3.ipynb").write_text("{ not json")  # older, superseded
+    os.utime(subs / "zed_104_9_06_training_llama3.ipynb", (315_700_000, 315_700_000))  # 1980, the oldest a zip keeps
+    archive, roster = tmp / "export.zip", tmp / "roster.csv"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for p in sorted(subs.iterdir()):
+            zf.write(p, p.name)
+    roster.write_text(ROSTER, encoding="utf-8")
+    single = tmp / "single"
+    grade.grade(archive, CH, single, roster=roster, workers=2, quiet=True, lms="canvas")
+    env = {"SUBMISSIONS": str(archive), "CHAPTER": CH, "ROSTER": str(roster), "OUT_ROOT": str(tmp / "sharded"),
+           "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_CPUS_PER_TASK": "2", "LMS": "canvas"}
+    for k in (0, 1):
+        _slurm("grade.sbatch", {**env, "SLURM_ARRAY_TASK_ID": str(k)})
+    _slurm("merge.sbatch", env)
+    return single, tmp / "sharded", tmp
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    """The class's files: the CSVs and shard.json at the top, and every feedback page."""
+    paths = [*folder.glob("*.csv"), *folder.glob("*.json"), *(folder / "feedback").glob("*.html")]
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(paths)}
+
+
+def test_two_shards_merged_equal_one_run_byte_for_byte(classes):
+    single, sharded, _ = classes
+    merged = sharded / "class"
+    one, two = _files(single), _files(merged)
+    assert set(one) == set(two)
+    assert {"grades.csv", "grades_long.csv", "submissions.csv", "canvas.csv", "shard.json"} <= set(one)
+    assert len([f for f in one if f.startswith("feedback/")]) == 5
+    for name in one:
+        assert one[name] == two[name], name
+    for path in (single / "results").glob("*.json"):  # the same results, apart from how long each took
+        a, b = json.loads(path.read_text()), json.loads((merged / "results" / path.name).read_text())
+        a.pop("seconds"), b.pop("seconds")
+        assert a == b, path.name
+
+
+def test_the_shards_split_the_class_and_the_gradebook_holds_it(classes):
+    single, sharded, _ = classes
+    parts = [set(json.loads((sharded / f"shard-{k}" / "shard.json").read_text())["students"]) for k in (0, 1)]
+    assert parts[0] and parts[1] and not parts[0] & parts[1]
+    assert parts[0] | parts[1] == {"alice", "bob", "dora", "zoë", "gina"}
+    assert all(shards.shard_of(s, 2) == k for k, part in enumerate(parts) for s in part)
+    from nbgrader.api import Gradebook
+
+    scores = []
+    for folder in (single, sharded / "class"):
+        with Gradebook(f"sqlite:///{folder / 'nbgrader' / 'gradebook.db'}") as gb:
+            scores.append({s.id: gb.find_submission(CH, s.id).score for s in gb.students if s.id != "gina"})
+    assert scores[0] == scores[1] and scores[0]["alice"] > 0
+
+
+def test_a_missing_or_failed_shard_is_named_and_nothing_partial_is_written(classes):
+    _, sharded, tmp = classes
+    with pytest.raises(MergeError, match="missing: shard 1/2"):
+        shards.merge([sharded / "shard-0"], tmp / "partial")
+    broken = tmp / "broken-1"
+    shutil.copytree(sharded / "shard-1", broken)
+    marker = json.loads((broken / "shard.json").read_text())
+    (broken / "shard.json").write_text(json.dumps({**marker, "complete": False}))
+    with pytest.raises(MergeError, match=r"failed or still running: shard 1/2"):
+        shards.merge([sharded / "shard-0", broken], tmp / "partial")
+    assert not (tmp / "partial" / "grades.csv").exists()
+    shards.merge([sharded / "shard-0"], tmp / "partial", allow_partial=True)
+    rows = list(csv.DictReader((tmp / "partial" / "grades.csv").open(encoding="utf-8")))
+    assert {r["student"] for r in rows} == set(json.loads((sharded / "shard-0" / "shard.json").read_text())["students"])
+    assert json.loads((tmp / "partial" / "shard.json").read_text())["complete"] is False
+
+
+def test_canvas_and_long_csv_headers_and_values(classes):
+    single, _, _ = classes
+    grades = {r["student"]: r for r in csv.DictReader((single / "grades.csv").open(encoding="utf-8"))}
+    with (single / "canvas.csv").open(encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", CH]
+    assert rows[1][0] == "Points Possible" and float(rows[1][5]) == float(grades["alice"]["max_score"])
+    body = {r[1]: r for r in rows[2:]}
+    assert [r[1] for r in rows[2:]] == ["101", "102", "103", "104", "105"]  # roster order
+    assert body["101"][:5] == ["Alice Adams", "101", "S-101", "aadams", "A"]
+    for sid, student in (("101", "alice"), ("102", "bob"), ("103", "dora"), ("104", "zoë"), ("105", "gina")):
+        assert body[sid][5] == grades[student]["score"]
+    assert body["101"][5] == grades["alice"]["max_score"] and body["105"][5] == "0"
+    long = list(csv.DictReader((single / "grades_long.csv").open(encoding="utf-8")))
+    assert list(long[0]) == ["student", "chapter", "exercise", "title", "points", "max_points", "status"]
+    exercises = [k for k in grades["alice"] if k.startswith("ch06-")]
+    assert len(long) == 5 * len(exercises)
+    for row in long:
+        assert row["points"] == grades[row["student"]][row["exercise"]] and row["title"].startswith("Exercise 6.")
+    assert sum(float(r["max_points"]) for r in long if r["student"] == "bob") == float(grades["bob"]["max_score"])
+
+
+def test_the_kubernetes_recipe_is_an_indexed_job_that_shards_by_its_completion_index():
+    job = yaml.safe_load((DEPLOY / "kubernetes" / "grade-job.yaml").read_text())
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert job["kind"] == "Job" and spec["completionMode"] == "Indexed" and spec["completions"] == int(env["SHARDS"])
+    command = " ".join(container["args"])
+    assert '--shard "$JOB_COMPLETION_INDEX/$SHARDS"' in command and "autograder doctor" in command
+    assert container["securityContext"]["procMount"] == "Unmasked" and pod["hostUsers"] is False
+    merge = yaml.safe_load((DEPLOY / "kubernetes" / "merge-job.yaml").read_text())
+    merge_container = merge["spec"]["template"]["spec"]["containers"][0]
+    assert merge_container["image"] == container["image"] and "autograder merge /data/out/shard-*" in merge_container["args"][0]
+    assert "-c .ci/constraints.txt" in (DEPLOY / "Containerfile").read_text()
+
+
+def test_a_bad_shard_argument_says_what_is_expected():
+    assert shards.parse("3/8") == (3, 8)
+    for bad in ("8/8", "x", "1/0"):
+        with pytest.raises(SystemExit):
+            shards.parse(bad)

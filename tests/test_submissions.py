@@ -1,0 +1,138 @@
+"""autograder.submissions: unpacking an export entry by entry, and who each file belongs to.
+
+Hostile-run findings of issue #14 covered here: a bad zip entry stops nothing (4), unpacking has a total and a
+ratio limit (5), every entry gets a row saying what was done with it (8), distinct names keep distinct ids (9).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import course, report, submissions
+from autograder.submissions import UnpackLimits
+
+pytestmark = pytest.mark.grading
+
+CH = "01_rooflines"
+NB = json.dumps({"cells": [], "metadata": {"scalelib": {"chapter": CH}}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def _zip(entries: list[tuple[str, bytes | str]], method: int = zipfile.ZIP_DEFLATED) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as zf:
+        for name, data in entries:
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def _collect(tmp_path: Path, data: bytes, limits: UnpackLimits | None = None, roster: str | None = None):
+    archive = tmp_path / "export.zip"
+    archive.write_bytes(data)
+    roster_path = None
+    if roster is not None:
+        roster_path = tmp_path / "roster.csv"
+        roster_path.write_text(roster, encoding="utf-8")
+    mapping = submissions.collect(archive, CH, course.chapter_names(), tmp_path / "work", roster_path, limits)
+    return archive, mapping
+
+
+def _rows(tmp_path: Path, mapping: submissions.Mapping) -> dict[str, dict[str, str]]:
+    report.write_manifest(tmp_path / "submissions.csv", mapping)
+    with (tmp_path / "submissions.csv").open(encoding="utf-8", newline="") as f:
+        return {row["file"]: row for row in csv.DictReader(f)}
+
+
+def test_a_bad_entry_is_that_entrys_problem(tmp_path):
+    """A file entry then a folder of the same name, a wrong CRC, a wrong stored size: each listed, none fatal."""
+    data = bytearray(_zip([("alice.ipynb", NB), ("bob", NB), ("bob/", b""), ("bob/01_rooflines.ipynb", NB),
+                           ("carol.ipynb", NB.replace("cells", "cellz"))], zipfile.ZIP_STORED))
+    at = data.find(b"cellz")
+    data[at:at + 5] = b"cells"  # the bytes change, the stored CRC does not
+    sized = bytearray(_zip([("dave.ipynb", NB)]))
+    cd = sized.find(b"PK\x01\x02")
+    struct.pack_into("<I", sized, cd + 24, 10)  # the central directory's uncompressed size is wrong
+    for name, blob in (("one.zip", bytes(data)), ("two.zip", bytes(sized))):
+        sub = tmp_path / name
+        sub.mkdir()
+        archive, mapping = _collect(sub, blob)
+        rows = _rows(sub, mapping)
+        names = zipfile.ZipFile(archive).namelist()
+        assert set(names) <= set(rows), set(names) - set(rows)  # every entry has a row
+        if name == "one.zip":
+            assert set(mapping.chosen) == {"alice"}
+            assert rows["bob/01_rooflines.ipynb"]["use"] == "skipped" and "bob" in rows["bob/01_rooflines.ipynb"]["why"]
+            assert rows["carol.ipynb"]["use"] == "skipped" and "CRC" in rows["carol.ipynb"]["why"]
+            assert rows["alice.ipynb"]["use"] == "graded"
+        else:
+            assert rows["dave.ipynb"]["use"] == "skipped" and "bad zip entry" in rows["dave.ipynb"]["why"]
+
+
+def test_unpacking_has_a_total_and_a_ratio_limit(tmp_path):
+    incompressible = [(f"s{i}/01_rooflines.ipynb", os.urandom(600_000)) for i in range(6)]
+    bomb = [(f"z{i}.ipynb", b"\0" * (3 << 20)) for i in range(4)]
+    limits = UnpackLimits(max_file_bytes=4 << 20, max_total_bytes=2 << 20, max_ratio=200)
+    _, mapping = _collect(tmp_path, _zip(incompressible + bomb), limits)
+    why = dict(mapping.skipped)
+    assert all("too large" in why[name] for name, _ in bomb), why
+    unpacked = sum(p.stat().st_size for p in (tmp_path / "work" / "unzipped").rglob("*") if p.is_file())
+    assert unpacked <= limits.max_total_bytes
+    over = [name for name, _ in incompressible if name in why]
+    assert len(over) == 3 and all("too large" in why[n] for n in over)
+
+
+def test_unsafe_paths_are_listed_not_dropped(tmp_path):
+    archive, mapping = _collect(tmp_path, _zip([("../evil.ipynb", NB), ("/abs/x.ipynb", NB), ("ok/alice.ipynb", NB),
+                                                ("ok/", b"")]))
+    rows = _rows(tmp_path, mapping)
+    for name in zipfile.ZipFile(archive).namelist():
+        assert name in rows, name
+    assert "unsafe path" in rows["../evil.ipynb"]["why"] and "unsafe path" in rows["/abs/x.ipynb"]["why"]
+    assert rows["ok/"]["use"] == "skipped"
+    assert not (tmp_path / "evil.ipynb").exists() and not (tmp_path / "work" / "evil.ipynb").exists()
+
+
+def test_distinct_names_keep_distinct_ids(tmp_path):
+    names = ["zoë", "zoé", "zoe", "Zoe", "José", "jose", "王芳", "李芳", "a b", "a_b"]
+    _, mapping = _collect(tmp_path, _zip([(f"{n}.ipynb", NB) for n in names]))
+    assert len(mapping.chosen) == len(names), sorted(mapping.chosen)
+    stems = {submissions.file_stem(s) for s in mapping.chosen}
+    assert len(stems) == len(names) and len({s.lower() for s in stems}) == len(names)  # case-insensitive file systems
+    for stem in stems:
+        assert stem.isascii() and "/" not in stem and stem not in (".", "..") and len(stem) < 120
+    # the same name typed two ways (composed or not) is one student
+    assert submissions.student_id("zoe\u0308") == submissions.student_id("zo\u00eb")
+    assert submissions.file_stem("carol") == "carol"
+
+
+def test_a_roster_keeps_accented_names_apart_and_matches_ascii_spellings(tmp_path):
+    roster = "student,name\nzoe1,Zoë Martin\nzoe2,Zoé Martin\n"  # course sites write last name + first name
+    entries = [("martinzoë_1_1_01_rooflines.ipynb", NB), ("martinzoé_2_2_01_rooflines.ipynb", NB)]
+    _, mapping = _collect(tmp_path, _zip(entries), roster=roster)
+    assert {s: c.shown for s, c in mapping.chosen.items()} == {"zoe1": entries[0][0], "zoe2": entries[1][0]}
+    (tmp_path / "b").mkdir()
+    _, mapping = _collect(tmp_path / "b", _zip([("Zoe Martin.ipynb", NB)]), roster="student,name\nzm,Zoë Martin\n")
+    assert set(mapping.chosen) == {"zm"}
+
+
+def test_a_course_sites_student_folder_names_the_same_student_as_its_flat_file_name():
+    chapters = course.chapter_names()
+    nested = submissions.parse_name(Path("patel_1006_5006/Copy of 04_transformers.ipynb"), chapters)
+    flat = submissions.parse_name(Path("patel_1006_5006_04_transformers.ipynb"), chapters)
+    assert nested[0] == flat[0] == "patel"
+    assert {"1006", "5006"} <= set(nested[1]) and nested[3] == flat[3] == "04_transformers"
+
+
+def test_name_parsing():
+    chapters = course.chapter_names()
+    assert submissions.parse_name(Path("smith_123_456_Copy of 01_rooflines (2).ipynb"), chapters)[0::2] == ("smith", 2)
+    student, _keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
+    assert (student, resub, chapter) == ("bob", 3, CH)
+    assert submissions.parse_name(Path("alice.ipynb"), chapters)[0] == "alice"
