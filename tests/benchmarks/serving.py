@@ -1,8 +1,9 @@
 """Serving benchmarks (python -m tests.benchmarks --serving): figures side by side in one run, nothing asserted.
 
 * continuous batching (scalelib.serving.engine) against static batching (serving.static: fixed batches, padded to
-  the longest prompt, each batch generating until its longest answer is done) on 64+ requests of mixed lengths:
-  tokens/s and their ratio, p50/p99 time to first token (every request arrives at the start);
+  the longest prompt, each batch generating until its longest answer is done) on 64 requests of mixed lengths,
+  answers uniform or long-tailed: tokens/s and their ratio, p50/p99 time to first token (every request arrives at
+  the start); the engine once with as many rows as a static batch, once with the same KV memory and more rows;
 * a shared-prefix workload with and without prefix caching: prompt tokens computed, time to first token, ratios;
 * speculative decoding (serving.speculative) against the plain decode (inference.decode.generate, the same
   target): draft tokens accepted per round against the expectation for the measured acceptance rate, and speed.
@@ -21,7 +22,7 @@ import numpy as np
 from scalelib import model
 from scalelib import transformer as tf
 from scalelib.inference import decode
-from scalelib.serving import engine, metrics, request, speculative, static
+from scalelib.serving import engine, metrics, paged, request, speculative, static
 
 MIXED_CFG = model.small_config(d_model=256, n_layers=4, n_heads=4, n_kv_heads=2, head_dim=64, d_ff=768, vocab_size=512,
                                name="bench-4L")
@@ -33,10 +34,15 @@ def _init(cfg):
     return jax.jit(model.init, static_argnums=1)(jax.random.key(0), cfg)
 
 
-def mixed_requests(n: int = 64, seed: int = 0) -> list[request.Request]:
+def mixed_requests(n: int = 64, seed: int = 0, long_tailed: bool = False) -> list[request.Request]:
+    """Prompts of 8-127 tokens; answers of 8-127 tokens, uniform or log-uniform (many short, a few long, as in chat)."""
     rng = np.random.default_rng(seed)
-    return [request.request(rng.integers(0, MIXED_CFG.vocab_size, int(rng.integers(8, 128))).tolist(),
-                            int(rng.integers(8, 128))) for _ in range(n)]
+    reqs = []
+    for _ in range(n):
+        prompt = rng.integers(0, MIXED_CFG.vocab_size, int(rng.integers(8, 128))).tolist()
+        answer = int(np.exp(rng.uniform(np.log(8), np.log(128)))) if long_tailed else int(rng.integers(8, 128))
+        reqs.append(request.request(prompt, answer))
+    return reqs
 
 
 def shared_prefix_requests(n: int = 64, prefix: int = 192, seed: int = 1) -> list[request.Request]:
@@ -62,27 +68,43 @@ def _row(name: str, s: metrics.Summary, extra: str = "") -> str:
 HEADER = f"{'':28s} {'tokens/s':>9s} {'TTFT p50':>8s} {'TTFT p99':>8s} {'steps':>6s} {'prefill':>8s}"
 
 
-def continuous_vs_static(batch: int = 16) -> None:
-    params, reqs = _init(MIXED_CFG), mixed_requests()
-    cfg = engine.EngineConfig(num_blocks=256, block_size=16, max_running=batch, token_budget=128, max_context=256)
+def continuous_vs_static(batch: int = 16, long_tailed: bool = False) -> None:
+    """Static batches of ``batch`` against the engine, first with the same number of rows, then with the same KV memory.
 
-    def run_engine():
+    Static batching reserves a whole context (prompt + longest answer, up to ``max_context``) per row, so its
+    batch of 16 needs 16 x 256 token slots; the engine's pool has exactly those 4096 slots (256 blocks of 16)
+    and, handing out blocks as sequences grow, fits more sequences in them: that is paging's gain.
+    """
+    params, reqs = _init(MIXED_CFG), mixed_requests(long_tailed=long_tailed)
+    same_rows = engine.EngineConfig(num_blocks=256, block_size=16, max_running=batch, token_budget=128,
+                                    max_context=256)
+    same_memory = engine.EngineConfig(num_blocks=256, block_size=16, max_running=4 * batch, token_budget=128,
+                                      max_context=256)
+
+    def run_engine(cfg: engine.EngineConfig):
         eng = engine.Engine(params, MIXED_CFG, cfg)
         return eng.run(reqs), eng
 
-    (res_s, rec_s), _ = _timed(lambda: static.serve_static(params, MIXED_CFG, reqs, batch, cfg.block_size))
-    (res_e, eng), _ = _timed(run_engine)
-    s, e = metrics.summarize(res_s, rec_s), metrics.summarize(res_e, eng.records)
+    (res_s, rec_s), _ = _timed(lambda: static.serve_static(params, MIXED_CFG, reqs, batch, same_rows.block_size))
+    s = metrics.summarize(res_s, rec_s)
     padded = sum(r.padded_tokens for r in rec_s if r.entries and r.entries[0][2] == "prefill")
-    print(f"\ncontinuous vs static batching: {len(reqs)} requests, prompts 8-127 and answers 8-127 tokens, "
-          f"{MIXED_CFG.name} ({tf.param_counts(MIXED_CFG).total / 1e6:.1f}M params), batch {batch}")
+    answers = "log-uniform" if long_tailed else "uniform"
+    mean = np.mean([r.max_tokens for r in reqs])
+    print(f"\ncontinuous vs static batching: {len(reqs)} requests, prompts 8-127 tokens, answers 8-127 tokens "
+          f"({answers}, mean {mean:.0f}), "
+          f"{MIXED_CFG.name} ({tf.param_counts(MIXED_CFG).total / 1e6:.1f}M params), batch {batch}; "
+          f"KV pool {same_rows.num_blocks} blocks x {same_rows.block_size} = {batch} x {same_rows.max_context} slots")
     print(HEADER)
     print(_row(f"static (batches of {batch})", s, f"(padded prefill tokens run: {padded})"))
-    print(_row("continuous (engine)", e, f"({eng.compiled_programs} compiled step shapes, "
-                                         f"{sum(r.preemptions for r in res_e)} preemptions)"))
-    same = all(a.tokens == b.tokens for a, b in zip(res_s, res_e))
-    print(f"engine / static: {e.tokens_per_s / s.tokens_per_s:.2f}x tokens/s, TTFT p50 {s.ttft_p50_s / e.ttft_p50_s:.2f}x "
-          f"and p99 {s.ttft_p99_s / e.ttft_p99_s:.2f}x lower; same tokens: {same}")
+    for label, cfg in ((f"engine, <= {batch} running", same_rows), (f"engine, <= {4 * batch} running", same_memory)):
+        (res_e, eng), _ = _timed(lambda cfg=cfg: run_engine(cfg))
+        e = metrics.summarize(res_e, eng.records)
+        print(_row(label, e, f"({eng.compiled_programs} compiled step shapes, "
+                             f"{sum(r.preemptions for r in res_e)} preemptions)"))
+        same = all(a.tokens == b.tokens for a, b in zip(res_s, res_e, strict=True))
+        print(f"  {label} / static: {e.tokens_per_s / s.tokens_per_s:.2f}x tokens/s, "
+              f"TTFT p50 {s.ttft_p50_s / e.ttft_p50_s:.2f}x and p99 {s.ttft_p99_s / e.ttft_p99_s:.2f}x lower; "
+              f"same tokens: {same}")
 
 
 def prefix_caching() -> None:
@@ -110,8 +132,10 @@ def prefix_caching() -> None:
 
 def speculative_decoding(new_tokens: int = 96, prompts: int = 4) -> None:
     target_params = speculative.scale_upper_layers(_init(SPEC_CFG), 1, 0.1)
-    draft = speculative.early_exit_draft(target_params, SPEC_CFG, 1)
-    target = (target_params, SPEC_CFG)
+    d_params, d_cfg = speculative.early_exit_draft(target_params, SPEC_CFG, 1)
+    # Both sides get their weights unstacked once, before timing (as plain_params below): a server keeps them so.
+    draft = (paged.unstacked(d_params), d_cfg)
+    target = (paged.unstacked(target_params), SPEC_CFG)
     rng = np.random.default_rng(2)
     prompt_list = [rng.integers(0, SPEC_CFG.vocab_size, 32).tolist() for _ in range(prompts)]
     plain_params = decode.unstack_layers(target_params)
@@ -145,5 +169,6 @@ def speculative_decoding(new_tokens: int = 96, prompts: int = 4) -> None:
 def main() -> None:
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}; one device, float32")
     continuous_vs_static()
+    continuous_vs_static(long_tailed=True)
     prefix_caching()
     speculative_decoding()
