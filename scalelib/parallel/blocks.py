@@ -8,7 +8,7 @@
 * ``tensor_hooks`` (tensor parallelism, section 5.1.3): the layer hooks that make ``scalelib.model``'s
   blocks run on head / F shards. ``enter`` casts the block's normalized input to varying (its
   transpose is the backward's AllReduce of dIn) and ``exit`` AllReduces the block's partial sums;
-  ``check_heads_and_width`` and ``sharded_step_flops`` go with them.
+  ``tensor_collectives``, ``check_heads_and_width`` and ``sharded_step_flops`` go with them.
 """
 
 from __future__ import annotations
@@ -67,6 +67,14 @@ def gathered_collectives(top_key: str, local_bytes: int, split: bool, n_layers: 
 def tensor_hooks(axis: str) -> model.LayerHooks:
     """Hooks for weights split over ``axis`` by heads and F: one AllReduce forward and one backward per block."""
     return model.LayerHooks(enter=lambda y: compat.pvary(y, axis), exit=lambda out: lax.psum(out, axis))
+
+
+def tensor_collectives(cfg: TransformerConfig, axis: str, local_batch: int, seq_len: int) -> list[Collective]:
+    """The AllReduces ``tensor_hooks`` runs: one [b, T, D] float32 activation per block (attention, MLP) and
+    pass, i.e. 2 L forward and 2 L backward over ``axis``, on ``local_batch`` sequences."""
+    act = local_batch * seq_len * cfg.d_model * 4  # [b, T, D] float32
+    return [Collective("all_reduce", (axis,), act, 2 * cfg.n_layers, "forward"),
+            Collective("all_reduce", (axis,), act, 2 * cfg.n_layers, "backward")]
 
 
 def check_heads_and_width(cfg: TransformerConfig, y: int) -> None:

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat, model
 from scalelib.parallel import specs
 from scalelib.parallel.blocks import (REGATHER, check_heads_and_width, gathered_collectives, gathered_loss,
-                                      sharded_step_flops, tensor_hooks)
+                                      sharded_step_flops, tensor_collectives, tensor_hooks)
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms, fsdp_tp_comms_s
@@ -57,7 +57,6 @@ class FSDPTensor(Scheme):
 
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, self._sizes(mesh_shape)[0], self.data_axis)
-
 
     def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         check_heads_and_width(cfg, self._sizes(mesh_shape)[1])
@@ -90,9 +89,7 @@ class FSDPTensor(Scheme):
         """FSDP's gathers / scatters on the Y-shards (over X) plus TP's 4 L AllReduces of [B/X, T, D] (over Y)."""
         self.check(cfg, mesh_shape, batch, seq_len)
         x, y = self._sizes(mesh_shape)
-        act = batch // x * seq_len * cfg.d_model * 4  # [B/X, T, D] float32
-        out = [Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "forward"),
-               Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
+        out = tensor_collectives(cfg, self.model_axis, batch // x, seq_len)  # [B/X, T, D] per block and pass
         shapes = model.param_shapes(cfg)
         leaves = zip(jax.tree_util.tree_leaves_with_path(shapes),
                      jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec))

@@ -32,7 +32,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, model
 from scalelib.parallel import specs
-from scalelib.parallel.blocks import check_heads_and_width, sharded_step_flops, tensor_hooks
+from scalelib.parallel.blocks import check_heads_and_width, sharded_step_flops, tensor_collectives, tensor_hooks
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, nbytes
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerTerms
@@ -65,7 +65,6 @@ class TensorParallel(Scheme):
     def check_batch(self, batch: int, seq_len: int, mesh_shape: MeshShape) -> None:
         check_batch(batch, self._sizes(mesh_shape)[0], self.data_axis or self.model_axis)
 
-
     def check_model(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> None:
         check_heads_and_width(cfg, self._sizes(mesh_shape)[1])
 
@@ -94,9 +93,7 @@ class TensorParallel(Scheme):
         one AllReduce per weight array (its 1/Y shard) and one for the loss over data."""
         self.check(cfg, mesh_shape, batch, seq_len)
         x, _ = self._sizes(mesh_shape)
-        act = batch // x * seq_len * cfg.d_model * 4  # [B/X, T, D] float32
-        out = [Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "forward"),
-               Collective("all_reduce", (self.model_axis,), act, 2 * cfg.n_layers, "backward")]
+        out = tensor_collectives(cfg, self.model_axis, batch // x, seq_len)  # [B/X, T, D] per block and pass
         if self.data_axis is not None:
             shapes = model.param_shapes(cfg)
             split = jax.tree.leaves(self.param_specs(shapes, mesh_shape), is_leaf=is_spec)
