@@ -262,10 +262,11 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
         report = [] if status == INTERRUPT_STATUS else list(failed)
         dump = status == TIMEOUT_STATUS
         if failed and not dump and status != INTERRUPT_STATUS:
-            ranks[failed[0]].join(1.0)  # its last lines, to read why it failed
-            if COLLECTIVE_TIMEOUT.search("\n".join(ranks[failed[0]].tail)):
-                dump, message = True, message.replace("; stopped the others", COLLECTIVE_HINT)
-                report = [r.rank for r in ranks]  # the one that never arrived may already be gone
+            cause = _timed_out_rank(ranks, failed[0])
+            if cause is not None:
+                failed, status = [cause.rank], shell_status(cause.proc.returncode)
+                message = f"rank {cause.rank} {describe_status(cause.proc.returncode)}{COLLECTIVE_HINT}"
+                dump, report = True, [r.rank for r in ranks]  # the one that never arrived may already be gone
         _stop(ranks, dump_stacks=dump)
         stop_s = time.monotonic() - noticed if status else 0.0
     finally:
@@ -302,6 +303,28 @@ def _supervise(ranks: list[_Rank], start: float, timeout_s: float,
                              "reaching the collective) stalls the others; their Python stacks are printed above"), \
                 TIMEOUT_STATUS
         time.sleep(0.02)
+
+
+def _timed_out_rank(ranks: list[_Rank], first: int) -> _Rank | None:
+    """The rank whose own output shows a collective timeout, once it has exited non-zero; else None.
+
+    Usually that is ``first``, the rank that failed first. But the rank that timed out may still be
+    exiting when a peer it brought down is noticed (on jax 0.7.2 the coordinator lives in rank 0, and
+    a rank waiting for it dies as rank 0 shuts down): the timeout is then blamed on the rank that
+    reported it, given a second to finish exiting, not on the one that died of it.
+    """
+    ranks[first].join(1.0)  # its last lines, to read why it failed
+    for r in sorted(ranks, key=lambda r: r.rank != first):  # the failed rank first
+        if not COLLECTIVE_TIMEOUT.search("\n".join(r.tail)):
+            continue
+        if r.rank != first:
+            r.join(1.0)
+        try:
+            if r.proc.wait(timeout=1.0) != 0:
+                return r
+        except subprocess.TimeoutExpired:
+            continue
+    return None
 
 
 def _names(ranks: Sequence[int]) -> str:
