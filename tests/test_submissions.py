@@ -2,6 +2,9 @@
 
 Hostile-run findings of issue #14 covered here: a bad zip entry stops nothing (4), unpacking has a total and a
 ratio limit (5), every entry gets a row saying what was done with it (8), distinct names keep distinct ids (9).
+Of issue #19: a folder's entries fail one by one, never the batch (3); a notebook over the limit is refused before
+it is read, and read with a cap (4); the chapter comes from the content (8). The zip side of 3, and 6 and 8 as a
+grading run shows them, are in test_grading.py.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import io
 import json
 import os
 import struct
+import tracemalloc
+import types
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from autograder import course, report, submissions
+from autograder import course, grade, report, safe_text, student, submissions
 from autograder.submissions import UnpackLimits
 
 pytestmark = pytest.mark.grading
@@ -136,3 +141,119 @@ def test_name_parsing():
     student, _keys, resub, chapter = submissions.parse_name(Path("sub/bob/Copy of 01_rooflines-3.ipynb"), chapters)
     assert (student, resub, chapter) == ("bob", 3, CH)
     assert submissions.parse_name(Path("alice.ipynb"), chapters)[0] == "alice"
+
+
+def test_a_folders_entries_fail_one_by_one_never_the_batch(tmp_path, monkeypatch, capsys):
+    """Issue #19, 3 (folder mode): a pipe, links, a name that is not UTF-8, an entry whose reading raises: each is
+    its own row; and an export with nothing gradable still leaves grades.csv and submissions.csv saying why."""
+    folder = tmp_path / "class"
+    (folder / "bob").mkdir(parents=True)
+    (folder / "alice.ipynb").write_text(NB)
+    (folder / "bob" / "01_rooflines.ipynb").write_text(NB)
+    os.mkfifo(folder / "pipe.ipynb")  # opening it to read would block a plain reader
+    (folder / "link.ipynb").symlink_to("/etc/passwd")
+    (folder / "dirlink").symlink_to(tmp_path)
+    with open(os.path.join(os.fsencode(folder), b"\xff\xfe-raw.ipynb"), "w") as f:
+        f.write(NB)
+    real = submissions.parse_name
+
+    def flaky(rel, chapters):
+        if rel.parts[0] == "bob":
+            raise RuntimeError("an unforeseen failure")
+        return real(rel, chapters)
+
+    monkeypatch.setattr(submissions, "parse_name", flaky)
+    mapping = submissions.collect(folder, CH, course.chapter_names(), tmp_path / "work")
+    rows = _rows(tmp_path, mapping)
+    assert rows["alice.ipynb"]["use"] == "graded"
+    assert rows["pipe.ipynb"]["use"] == "skipped" and "not a regular file" in rows["pipe.ipynb"]["why"]
+    assert "symbolic link" in rows["link.ipynb"]["why"] and "symbolic link" in rows["dirlink"]["why"]
+    assert rows["bob/01_rooflines.ipynb"]["why"] == "could not be read: RuntimeError: an unforeseen failure"
+    raw = "\\udcff\\udcfe-raw.ipynb"  # undecodable bytes, escaped (and the file still graded)
+    assert rows[raw]["use"] == "graded" and rows[raw]["student"] == "'-raw"  # a formula-looking id, neutralised
+    assert mapping.chosen[safe_text.uncell(rows[raw]["student"])].shown == raw
+    monkeypatch.undo()
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    os.mkfifo(nothing / "pipe.ipynb")
+    (nothing / "readme.txt").write_text("hello")
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match="no notebooks found"):
+        grade.grade(nothing, CH, out, allow_unsandboxed=True, quiet=True)
+    assert (out / "grades.csv").read_bytes().decode() == '"student","chapter","score","max_score","status","detail","file"' + \
+        "".join(f',"{e}"' for e in _exercise_ids()) + "\r\n"
+    assert {r["file"]: r["use"] for r in csv.DictReader((out / "submissions.csv").open())} == {
+        "pipe.ipynb": "skipped", "readme.txt": "unmatched"}
+
+
+def _exercise_ids():
+    from autograder import align
+
+    return list(align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb").exercises)
+
+
+def test_an_oversized_notebook_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """Issue #19, 4: a folder's notebook over the limit costs no memory (its size is checked before it is read)
+    and is that student's "invalid notebook"; a file that grows after the size check is read no further than the
+    limit; the grader grades its own copy, which cannot grow or change after it was read."""
+    folder = tmp_path / "class"
+    folder.mkdir()
+    (folder / "alice.ipynb").write_text(NB)
+    (folder / "mallory.ipynb").write_text(NB)
+    with open(folder / "hoarder.ipynb", "wb") as f:
+        f.truncate(512 << 20)  # sparse: 512 MiB that take no disk
+    limits = UnpackLimits(max_file_bytes=1 << 20)
+    submissions.chapter_signatures(Path(course.CHAPTERS), tuple(course.chapter_names()))  # built once per process
+    real_fstat = os.fstat
+
+    def shrunk(fd):  # mallory's file says 10 bytes when the grader checks, then is 4 MiB when read
+        st = real_fstat(fd)
+        if st.st_ino == (folder / "mallory.ipynb").stat().st_ino:
+            with open(folder / "mallory.ipynb", "ab") as f:
+                f.write(b" " * (4 << 20))
+            return types.SimpleNamespace(st_mode=st.st_mode, st_size=10, st_mtime=st.st_mtime)
+        return st
+
+    monkeypatch.setattr(submissions.os, "fstat", shrunk)
+    tracemalloc.start()
+    try:
+        mapping = submissions.collect(folder, CH, course.chapter_names(), tmp_path / "work", None, limits)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    monkeypatch.undo()
+    assert peak < 16 << 20, peak
+    for who, detail in (("hoarder", f"too large: {512 << 20} bytes (the limit is {1 << 20})"),
+                        ("mallory", f"too large: more than {1 << 20} bytes (it grew while being read; the limit is "
+                                    f"{1 << 20})")):
+        r = student.screen(CH, who, mapping.chosen[who], 15.0, ["ex"], "fp")
+        assert r is not None and (r.status, r.score, r.detail) == ("invalid notebook", 0.0, detail)
+    alice = mapping.chosen["alice"]
+    assert student.screen(CH, "alice", alice, 15.0, ["ex"], "fp") is None
+    assert folder not in alice.path.parents and alice.path.read_bytes() == NB.encode()
+    with open(folder / "alice.ipynb", "ab") as f:  # the original changes after it was read: the copy does not
+        f.write(b" " * 100)
+    assert alice.path.read_bytes() == NB.encode()
+    assert all(p.stat().st_size <= limits.max_file_bytes for p in (tmp_path / "work").rglob("*") if p.is_file())
+
+
+def test_the_chapter_comes_from_the_content(tmp_path):
+    """Issue #19, 8: a notebook's own cells decide its chapter when they clearly match one released chapter, over
+    its name and its metadata; when they do not, the metadata, then the name."""
+    def stripped(chapter, meta_chapter=None):
+        nb = json.loads((course.CHAPTERS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+        for c in nb["cells"]:
+            c["metadata"] = {}
+        nb["metadata"] = {"scalelib": {"chapter": meta_chapter}} if meta_chapter else {}
+        return json.dumps(nb)
+
+    entries = [("eve_01_rooflines.ipynb", stripped("02_tpus")),  # named as chapter 1, no metadata
+               ("fay_01_rooflines.ipynb", stripped("02_tpus", CH)),  # metadata says chapter 1 too
+               ("gil.ipynb", stripped(CH)),  # no chapter in the name, no metadata
+               ("hal_01_rooflines.ipynb", NB)]  # no content to go by: its metadata
+    _, mapping = _collect(tmp_path, _zip(entries))
+    got = {s: (c.chapter, c.chapter_from) for s, c in mapping.chosen.items()}
+    assert got == {"eve": ("02_tpus", "content"), "fay": ("02_tpus", "content"), "gil": (CH, "content"),
+                   "hal": (CH, "notebook")}
+    r = student.screen(CH, "eve", mapping.chosen["eve"], 15.0, ["ex"], "fp")
+    assert r is not None and (r.status, r.score) == ("wrong chapter", 0.0) and "02_tpus" in r.detail

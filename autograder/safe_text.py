@@ -1,0 +1,80 @@
+"""Text from submissions made safe to print and to open: one escape for the console and for every CSV.
+
+A name or message that came from a student (a zip entry's name, a roster name a student chose, what their
+kernel printed) must not drive the grader's terminal or a spreadsheet:
+
+- :func:`printable`: control and format characters (ESC and the rest of C0/C1, DEL, bidirectional overrides,
+  zero-width characters, line and paragraph separators, and the surrogates Python uses for undecodable bytes of a
+  file name) are written as Python-style escapes ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``; every other character
+  is kept (``zoë``, ``王芳``). Backslashes are kept as they are, so escaping twice changes nothing; a name that
+  itself contains such escape text reads the same as one with the character (the export still has the original).
+  :func:`unescape` turns the escapes back into characters.
+- :func:`cell`: a CSV cell, the way OWASP's CSV-injection guidance says: text is escaped as above, a text cell
+  beginning with ``=``, ``+``, ``-``, ``@``, tab or carriage return (or an apostrophe, so that the rule can be
+  undone) gets one leading apostrophe, and :func:`csv_text` quotes every text cell; numbers stay bare numbers
+  (a score imports as a number, even a negative one). :func:`uncell` gives the value back: strip one leading
+  apostrophe, then :func:`unescape`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
+_ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
+_ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every control, format, separator and surrogate character as an escape (see the module)."""
+    if text.isprintable() and text.isascii():
+        return text
+    return "".join(_escape(c) if unicodedata.category(c) in _ESCAPED_CATEGORIES else c for c in text)
+
+
+def unescape(text: str) -> str:
+    """The characters :func:`printable` escaped, back."""
+    return _ESCAPE.sub(lambda m: chr(int(m.group(1) or m.group(2) or m.group(3), 16)), text)
+
+
+class Number(float):
+    """A number for a CSV cell, written the way people write it (``15``, ``2.5``, ``-1``), never quoted."""
+
+    def __repr__(self) -> str:
+        return f"{float(self):g}"
+
+    __str__ = __repr__
+
+
+def cell(value: object) -> object:
+    """One CSV cell: a :class:`Number` for an int or float, else the value as text, escaped and neutralised."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Number(value)
+    text = printable(str(value))
+    return "'" + text if text.startswith((*FORMULA_TRIGGERS, "'")) else text
+
+
+def uncell(text: str) -> str:
+    """The value a text cell of :func:`csv_text` holds (one leading apostrophe off, escapes undone)."""
+    return unescape(text[1:] if text.startswith("'") else text)
+
+
+def csv_text(rows: Iterable[Sequence[object]]) -> str:
+    """Rows as CSV text: every cell through :func:`cell`, text quoted, numbers bare. Every CSV the grader
+    writes (grades.csv, grades_long.csv, submissions.csv, canvas.csv) is made here."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\r\n")
+    for row in rows:
+        writer.writerow([cell(v) for v in row])
+    return buf.getvalue()
