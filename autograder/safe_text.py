@@ -52,7 +52,7 @@ class Number(float):
     """A number for a CSV cell, written the way people write it (``15``, ``2.5``, ``-1``), never quoted."""
 
     def __repr__(self) -> str:
-        return f"{float(self):g}"
+        return f"{float(self):.15g}"  # every digit a score has, never an exponent for a whole number below 1e15
 
     __str__ = __repr__
 
