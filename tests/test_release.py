@@ -144,7 +144,8 @@ def test_every_set_up_cell_is_the_template_folded_with_the_installer_of_bootstra
             (setup,) = [c for c in nb.cells if "setup" in c.metadata.get("tags", [])]
             assert nb.cells.index(setup) == 1 and setup.source == release.setup_cell_source(stamped), (folder, name)
             assert setup.metadata["cellView"] == "form" and setup.metadata["jupyter"] == {"source_hidden": True}
-            assert "\n".join(line[4:] for line in installer_body.splitlines()) in setup.source
+            assert "\n".join(("    " + line) if line.strip() else "" for line in installer_body.splitlines()) \
+                in setup.source  # the installer's code, as bootstrap.py has it, under the cell's `if`
 
 
 def test_check_catches_a_hand_edited_set_up_cell_and_release_restores_it(tmp_path):
