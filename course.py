@@ -2,6 +2,7 @@
 """Set up and run the course with nothing but Python 3.10+ (standard library only).
 
     python3 course.py lab    # make .venv, install scalelib + JupyterLab, open your copies of the chapters
+    python3 course.py lab --port 8890 --no-browser   # anything after `lab` goes to JupyterLab
     python3 course.py test   # make .venv and .venv-floor, install the pinned test sets, run the whole suite
 
 `test` runs two suites one after the other and fails if either fails:
@@ -71,22 +72,31 @@ def run(cmd: list, **kw: Any) -> None:
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kw)
 
 
-def ensure_env(env: Env, extra: str, pinned: bool) -> None:
-    """Create ``env`` and install scalelib[extra]; skip when nothing it depends on changed."""
+def ensure_env(env: Env, extra: str, pinned: bool, verbose: bool = False) -> None:
+    """Create ``env`` and install scalelib[extra]; skip when nothing it depends on changed.
+
+    Each step says what it does; ``verbose`` also shows pip's own lines (each package as it is collected and
+    installed) instead of pip's quiet mode, for a first ``lab`` that would otherwise be silent for a minute.
+    """
     if sys.version_info < (3, 10):  # noqa: UP036  (this file runs under whatever python3 the user has)
         raise SystemExit(f"Python 3.10 or newer is needed; this is {sys.version.split()[0]}")
-    inputs = [ROOT / "pyproject.toml"] + ([env.constraints] if pinned else [])
+    inputs = [ROOT / "pyproject.toml", ROOT / "setup.py"] + ([env.constraints] if pinned else [])
     stamp_value = hashlib.sha256(b"".join(p.read_bytes() for p in inputs) + extra.encode()).hexdigest()
     stamp = env.path / f".installed-{extra}"
     if stamp.exists() and stamp.read_text() == stamp_value and env.python.exists():
         return
+    name = env.path.relative_to(ROOT)
+    quiet = [] if verbose else ["-q"]
     if not env.python.exists():
-        print(f"creating {env.path.relative_to(ROOT)}", flush=True)
+        print(f"[1/3] creating {name} (once; later runs reuse it)", flush=True)
         venv.EnvBuilder(with_pip=True).create(env.path)
+    print(f"[2/3] updating pip in {name}", flush=True)
     run([env.python, "-m", "pip", "install", "-q", "--upgrade", "pip"])
-    cmd = [env.python, "-m", "pip", "install", "-q", "-e", f".[{extra}]"]
+    print(f"[3/3] installing scalelib[{extra}] and what it needs into {name} (the first time takes a minute or two; "
+          "again only when pyproject.toml changes)", flush=True)
+    cmd = [env.python, "-m", "pip", "install", *quiet, "-e", f".[{extra}]"]
     if pinned:
-        cmd[4:4] = ["-c", env.constraints]
+        cmd[-2:-2] = ["-c", env.constraints]
     run(cmd)
     stamp.write_text(stamp_value)
 
@@ -148,15 +158,24 @@ def make_work_copies(language_info: dict, chapters: Path = ROOT / "chapters", wo
     return newer
 
 
+def lab_command(python: Path, work: Path, argv: list[str], as_root: bool) -> list[str]:
+    """``jupyter lab`` on ``work``, opening its first chapter instead of the Launcher; ``argv`` goes to JupyterLab
+    (e.g. ``--port 8890 --no-browser``), after our flags, so a flag given there wins."""
+    chapters = sorted(work.glob("[0-9][0-9]_*.ipynb"))
+    first = [f"--LabApp.default_url=/lab/tree/{chapters[0].name}"] if chapters else []
+    root_flag = ["--allow-root"] if as_root else []  # containers run as root
+    return [str(python), "-m", "jupyter", "lab", f"--ServerApp.root_dir={work}", *first, *root_flag, *argv]
+
+
 def lab(argv: list[str]) -> None:
-    ensure_env(CURRENT, "course", pinned=False)
+    ensure_env(CURRENT, "course", pinned=False, verbose=True)
     newer = make_work_copies(kernel_language_info(CURRENT))
     if newer:
         print(f"chapters/ has a newer release of {', '.join(newer)} than your copy in work/; your copy is kept. "
               "To start over from the new one, rename or delete work/<chapter>.ipynb and run this again.")
-    root_flag = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers run as root
-    py = CURRENT.python
-    os.execv(str(py), [str(py), "-m", "jupyter", "lab", str(WORK), *root_flag, *argv])
+    print("starting JupyterLab on work/ (your copies of the chapters); stop it with Ctrl-C", flush=True)
+    cmd = lab_command(CURRENT.python, WORK, argv, as_root=hasattr(os, "geteuid") and os.geteuid() == 0)
+    os.execv(cmd[0], cmd)
 
 
 def main(argv: list[str]) -> int:

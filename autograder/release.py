@@ -2,8 +2,11 @@
 
 nbgrader removes the solution regions and hidden tests; we then name each stub after its exercise, drop
 outputs and execution counts, set the notebook metadata JupyterLab and Colab write back, and stamp the
-set-up cell's install source, so releasing twice gives identical bytes. The README's chapter table gets
-"Open in Colab" links when the install source is a GitHub repository.
+set-up cell from its one template (``autograder/templates/setup_cell.ipy`` with ``scalelib/bootstrap.py``'s
+installer and the install source), so releasing twice gives identical bytes. ``release`` stamps the same cell
+(install source empty) into solutions/ too, and refuses an exercise whose id or points in its header, its test
+cell's first line or its ``ex.visible_checks`` disagree with the nbgrader metadata (the only copy the grader reads).
+The README's chapter table gets "Open in Colab" links when the install source is a GitHub repository.
 
 ``release`` also writes ``chapters/.release.json``: a fingerprint of every input (the solution
 notebooks, the release code, nbgrader's and nbformat's versions, the install source) and of every
@@ -14,6 +17,7 @@ output. ``check`` compares fingerprints instead of rendering again, so it takes 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import re
 import sys
@@ -41,7 +45,13 @@ NOTEBOOK_METADATA = {
     "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},
 }
-_RELEASE_CODE = ("autograder/release.py", "autograder/nbgrader_course.py")
+_RELEASE_CODE = ("autograder/release.py", "autograder/nbgrader_course.py", "autograder/templates/setup_cell.ipy",
+                 "scalelib/bootstrap.py")
+SETUP_TEMPLATE = Path(__file__).resolve().parent / "templates" / "setup_cell.ipy"
+# Folded where students meet it: Colab shows the `#@title` line of a "form" cell, JupyterLab collapses the input.
+SETUP_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}}
+_HEADER = re.compile(r"`(ch\d\d-[A-Za-z0-9-]+)` · (\d+(?:\.\d+)?) points?\b")
+_VISIBLE = re.compile(r"visible_checks\(\s*[\"']([^\"']*)[\"']")
 
 
 class ReleaseError(RuntimeError):
@@ -60,6 +70,93 @@ def stamp_install_source(nb: NotebookNode, install_source: str) -> int:
     if changed != 1:
         raise ReleaseError('expected exactly one `SCALELIB_SOURCE = "..."` line in a cell tagged "setup"')
     return changed
+
+
+def setup_cell_source(install_source: str = "") -> str:
+    """The set-up cell every chapter starts with: the template, with the installer and ``install_source`` in."""
+    from scalelib import bootstrap
+
+    installer = inspect.getsource(bootstrap.install_scalelib)
+    doc = re.search(r'\n    """.*?"""\n', installer, re.DOTALL)  # the docstring stays in bootstrap.py
+    if doc is not None:
+        note = "\n    # (scalelib/bootstrap.py explains this function)\n"
+        installer = installer[:doc.start()] + note + installer[doc.end():]
+    indented = "\n".join(("    " + line) if line.strip() else "" for line in installer.rstrip("\n").splitlines())
+    text = SETUP_TEMPLATE.read_text().replace("{install_scalelib}", indented).rstrip("\n")
+    if '"' in install_source or "\n" in install_source:
+        raise ReleaseError(f"install source {install_source!r} must not contain quotes or newlines")
+    text, n = _SOURCE_LINE.subn(lambda m: f'{m.group(1)}"{install_source}"', text)
+    if n != 1:
+        raise ReleaseError(f'{SETUP_TEMPLATE.name} must hold exactly one `SCALELIB_SOURCE = "..."` line')
+    return text
+
+
+def _setup_cells(nb: NotebookNode) -> list:
+    cells = [c for c in nb.cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ReleaseError(f'expected exactly one cell tagged "setup", found {len(cells)}')
+    return cells
+
+
+def stamp_setup_cell(nb: NotebookNode, install_source: str = "") -> bool:
+    """Make the cell tagged "setup" the template's (folded); returns whether anything changed."""
+    (cell,) = _setup_cells(nb)
+    before = (cell.source, json.dumps(cell.metadata, sort_keys=True))
+    cell.source = setup_cell_source(install_source)
+    cell.metadata.update(json.loads(json.dumps(SETUP_METADATA)))
+    if "checksum" in cell.metadata.get("nbgrader", {}):
+        from nbgrader.utils import compute_checksum
+
+        cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
+    return before != (cell.source, json.dumps(cell.metadata, sort_keys=True))
+
+
+def _points_text(points: float) -> str:
+    return "1 point" if points == 1 else f"{points:g} points"
+
+
+def exercise_text_problems(nb: NotebookNode) -> list[str]:
+    """Where an exercise's id or points, written out for students, disagree with its nbgrader metadata.
+
+    For every graded test cell (id G, N points) one markdown line before its answer reads "`G` · N points"; the
+    test cell starts "# Test G (N points)" and its ``ex.visible_checks`` name G; the answer cell "G-answer" comes
+    before the test. Every "`chNN-...` · N points" in the markdown names a graded exercise.
+    """
+    problems: list[str] = []
+    headers: dict[str, list[tuple[int, str]]] = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            for m in _HEADER.finditer(cell.source):
+                headers.setdefault(m.group(1), []).append((i, m.group(2)))
+    graded = {}
+    answers = {c.metadata["nbgrader"]["grade_id"]: i for i, c in enumerate(nb.cells)
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if not meta.get("grade"):
+            continue
+        gid, points = meta["grade_id"], float(meta.get("points", 0))
+        graded[gid] = points
+        pts = _points_text(points)
+        first = cell.source.split("\n", 1)[0]
+        if first != f"# Test {gid} ({pts})":
+            problems.append(f"{gid}: its test cell starts {first!r}, expected '# Test {gid} ({pts})'")
+        named = _VISIBLE.findall(cell.source)
+        if not named or any(n != gid for n in named):
+            problems.append(f"{gid}: its test cell's ex.visible_checks name {named or 'nothing'}, expected {gid!r}")
+        answer = answers.get(f"{gid}-answer")
+        if answer is None or answer > i:
+            problems.append(f"{gid}: no answer cell {gid}-answer before its test cell")
+        found = headers.get(gid, [])
+        if len(found) != 1:
+            problems.append(f"{gid}: the markdown shows '`{gid}` · {pts}' {len(found)} times, expected once")
+        elif float(found[0][1]) != points:
+            problems.append(f"{gid}: the markdown says {_points_text(float(found[0][1]))}, its metadata {pts}")
+        elif answer is not None and found[0][0] > answer:
+            problems.append(f"{gid}: its header comes after its answer cell")
+    problems += [f"{gid}: the markdown shows it with points, but no test cell grades it"
+                 for gid in headers if gid not in graded]
+    return problems
 
 
 def name_stubs(nb: NotebookNode) -> int:
@@ -97,12 +194,16 @@ def render(chapter: str, root: Path = course.ROOT, install_source: str | None = 
     from autograder import nbgrader_course
 
     source = course.settings(root).install_source if install_source is None else install_source
+    solution = nbformat.read(root / "solutions" / f"{chapter}.ipynb", as_version=4)
+    problems = exercise_text_problems(solution)
+    if problems:
+        raise ReleaseError(f"solutions/{chapter}.ipynb: " + "; ".join(problems))
     with tempfile.TemporaryDirectory(prefix="release-") as tmp:
         _, released = nbgrader_course.generate(Path(tmp), chapter, root / "solutions")
         nb = nbformat.read(released, as_version=4)
     normalize(nb)
     name_stubs(nb)
-    stamp_install_source(nb, source)
+    stamp_setup_cell(nb, source)
     nbformat.validate(nb)
     return nbformat.writes(nb) + "\n"
 
@@ -188,6 +289,7 @@ def release(root: Path = course.ROOT, chapters: list[str] | None = None,
     out_dir.mkdir(exist_ok=True)
     written = []
     for name in chapters or all_chapters:
+        written += stamp_solution(root, name)
         target = out_dir / f"{name}.ipynb"
         target.write_text(render(name, root, source))
         written.append(target)
@@ -207,6 +309,29 @@ def release(root: Path = course.ROOT, chapters: list[str] | None = None,
     manifest = {name: entry for name, entry in manifest.items() if name in all_chapters}
     (out_dir / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return written
+
+
+def stamp_solution(root: Path, chapter: str) -> list[Path]:
+    """Give solutions/<chapter>.ipynb the template's set-up cell (install source empty); the path if it changed."""
+    import nbformat
+
+    path = root / "solutions" / f"{chapter}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    if not stamp_setup_cell(nb, ""):
+        return []
+    nbformat.write(nb, path)
+    return [path]
+
+
+def _solution_setup_differs(root: Path, chapter: str) -> bool:
+    cells = json.loads((root / "solutions" / f"{chapter}.ipynb").read_text())["cells"]
+    setup = [c for c in cells if "setup" in c.get("metadata", {}).get("tags", [])]
+    if len(setup) != 1:
+        return True
+    source = setup[0]["source"]
+    source = "".join(source) if isinstance(source, list) else source
+    meta = setup[0]["metadata"]
+    return source != setup_cell_source("") or any(meta.get(k) != v for k, v in SETUP_METADATA.items())
 
 
 @dataclass(frozen=True)
@@ -238,6 +363,9 @@ def check(root: Path = course.ROOT, install_source: str | None = None) -> list[S
             out.append(Staleness(name, "new chapter, never released"))
         elif not student.exists():
             out.append(Staleness(name, f"chapters/{name}.ipynb is missing"))
+        elif _solution_setup_differs(root, name):
+            out.append(Staleness(name, f"solutions/{name}.ipynb's set-up cell differs from {SETUP_TEMPLATE.name} "
+                                       "(edit the template, not the cell)"))
         elif _sha((root / "solutions" / f"{name}.ipynb").read_bytes()) != entry.get("solution"):
             out.append(Staleness(name, f"solutions/{name}.ipynb changed since the last release"))
         elif _sha(student.read_bytes()) != entry.get("student"):

@@ -2,8 +2,8 @@
 
 Every exercise test converts the student's answer to plain Python values before comparing, so an
 object that claims to equal everything (a custom ``__eq__``) fails, and its hidden part calls the
-student's function with inputs the student has not seen while the scalelib function it is checked
-against is disabled (``forbid``), so merely calling that function is not an answer.
+student's function with inputs the student has not seen, in a kernel that holds only the part of scalelib
+the test declares (``allow``), so merely calling the function it is checked against is not an answer.
 """
 
 from __future__ import annotations
@@ -106,16 +106,22 @@ def strict() -> bool:
     return os.environ.get(STRICT_ENV, "") not in ("", "0")
 
 
-@contextlib.contextmanager
-def visible_checks(exercise_id: str) -> Iterator[None]:
-    """The visible checks of ``exercise_id``: an exercise nobody has answered yet is reported, not raised.
+def passed_message(exercise_id: str, detail: str = "") -> str:
+    """What a test cell prints once its visible checks pass (``detail``: what they showed, if worth saying)."""
+    return f"{exercise_id}: visible checks passed" + (f" ({detail})" if detail else "")
 
-    A chapter's test cells wrap their visible checks in this block. While an exercise still holds its stub
-    (which raises ``NotImplementedError(stub_message(id))``), the block prints that the exercise is not
-    answered and lets the notebook go on, so "Run all" reaches the end of the chapter and draws every
-    plot. A wrong answer still fails here, and so does every other error. Grading and CI set
-    ``SCALELIB_STRICT_CHECKS=1``, which makes an unanswered exercise fail like a wrong one; the hidden
-    checks are never wrapped, so an unanswered exercise scores 0 under nbgrader too.
+
+@contextlib.contextmanager
+def visible_checks(exercise_id: str, detail: str = "") -> Iterator[None]:
+    """The visible checks of ``exercise_id``: says when they pass; an exercise not answered yet is reported, not raised.
+
+    A chapter's test cells wrap their visible checks in this block. When the block ends without an error it
+    prints ``passed_message(exercise_id, detail)``. While an exercise still holds its stub (which raises
+    ``NotImplementedError(stub_message(id))``), the block prints that the exercise is not answered and lets the
+    notebook go on, so "Run all" reaches the end of the chapter and draws every plot. A wrong answer still
+    fails here, and so does every other error. Grading and CI set ``SCALELIB_STRICT_CHECKS=1``, which makes an
+    unanswered exercise fail like a wrong one; the hidden checks are never wrapped, so an unanswered exercise
+    scores 0 under nbgrader too.
     """
     try:
         yield
@@ -128,6 +134,8 @@ def visible_checks(exercise_id: str) -> Iterator[None]:
             print(f"{exercise_id}: not answered yet. Write your answer in the cell above and run this cell again.")
         else:
             print(f"{exercise_id}: not checked yet: it uses your answer to {needed}, which is not answered yet.")
+    else:
+        print(passed_message(exercise_id, detail))
 
 
 def _disabled(*args: object, **kwargs: object) -> NoReturn:
@@ -141,6 +149,9 @@ def _disabled(*args: object, **kwargs: object) -> NoReturn:
 @contextlib.contextmanager
 def forbid(*functions: Callable) -> Iterator[None]:
     """Disable ``functions`` (every alias of them) for the duration of the block.
+
+    No chapter uses it any more: graded kernels hold only what ``allow`` declares, which makes it inert there
+    (the grader still maps it to a no-op for notebooks written before).
 
     The code object of each function is swapped, so ``from scalelib.roofline import f as g`` in a
     student's cell is disabled too. Properties are given as ``Class.prop`` (their getter is swapped).

@@ -30,3 +30,13 @@ def test_the_floor_suite_tests_the_lowest_jax_the_package_declares():
     pins = dict(line.split("==") for line in env.constraints.read_text().splitlines() if "==" in line)
     declared = re.search(r'"jax>=([\d.]+),', (course.ROOT / "pyproject.toml").read_text()).group(1)
     assert pins["jax"] == pins["jaxlib"] == declared
+
+
+def test_lab_opens_the_first_chapter_and_passes_options_to_jupyterlab(tmp_path):
+    for name in ("02_tpus.ipynb", "01_rooflines.ipynb", "notes.ipynb"):
+        (tmp_path / name).write_text("{}")
+    cmd = course.lab_command(tmp_path / "python", tmp_path, ["--port", "8890", "--no-browser"], as_root=False)
+    assert cmd[1:4] == ["-m", "jupyter", "lab"] and f"--ServerApp.root_dir={tmp_path}" in cmd
+    assert "--LabApp.default_url=/lab/tree/01_rooflines.ipynb" in cmd and "--allow-root" not in cmd
+    assert cmd[-3:] == ["--port", "8890", "--no-browser"]  # the student's options last: they win
+    assert "--allow-root" in course.lab_command(tmp_path / "python", tmp_path, [], as_root=True)

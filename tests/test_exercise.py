@@ -117,3 +117,15 @@ def test_unpack_and_check_equal():
     ex.check_equal((1, 2), (1, 2), "shape")
     with pytest.raises(ex.ExerciseError, match=r"shape = \(1, 3\), expected \(1, 2\)"):
         ex.check_equal((1, 3), (1, 2), "shape")
+
+
+def test_visible_checks_say_when_they_pass(capsys):
+    with ex.visible_checks("ch01-a"):
+        pass
+    with ex.visible_checks("ch01-b", "on the 2x4 mesh"):
+        pass
+    assert capsys.readouterr().out == ("ch01-a: visible checks passed\n"
+                                       "ch01-b: visible checks passed (on the 2x4 mesh)\n")
+    with pytest.raises(ex.ExerciseError), ex.visible_checks("ch01-c"):
+        raise ex.ExerciseError("wrong")
+    assert "passed" not in capsys.readouterr().out

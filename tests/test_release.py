@@ -129,3 +129,71 @@ def test_cli_check_exit_codes():
     bad = subprocess.run([sys.executable, "-m", "autograder", "grade", "/nonexistent", "--chapter", "99"],
                          capture_output=True, text=True, cwd=course.ROOT)
     assert bad.returncode != 0 and "unknown chapter" in bad.stderr
+
+
+def test_every_set_up_cell_is_the_template_folded_with_the_installer_of_bootstrap():
+    import inspect
+
+    from scalelib import bootstrap
+
+    installer_body = inspect.getsource(bootstrap.install_scalelib).split('"""')[-1]  # the code after the docstring
+    source = course.settings().install_source
+    for folder, stamped in ((course.SOLUTIONS, ""), (course.CHAPTERS, source)):
+        for name in course.chapter_names():
+            nb = nbformat.read(folder / f"{name}.ipynb", as_version=4)
+            (setup,) = [c for c in nb.cells if "setup" in c.metadata.get("tags", [])]
+            assert nb.cells.index(setup) == 1 and setup.source == release.setup_cell_source(stamped), (folder, name)
+            assert setup.metadata["cellView"] == "form" and setup.metadata["jupyter"] == {"source_hidden": True}
+            assert "\n".join(("    " + line) if line.strip() else "" for line in installer_body.splitlines()) \
+                in setup.source  # the installer's code, as bootstrap.py has it, under the cell's `if`
+
+
+def test_check_catches_a_hand_edited_set_up_cell_and_release_restores_it(tmp_path):
+    root = _copy_course(tmp_path)
+    first, second = course.chapter_names(root)[:2]
+    for folder, name in (("solutions", first), ("chapters", second)):
+        nb = nbformat.read(root / folder / f"{name}.ipynb", as_version=4)
+        (setup,) = [c for c in nb.cells if "setup" in c.metadata.get("tags", [])]
+        setup.source = setup.source.replace("devices.setup(8)", "devices.setup(4)")
+        nbformat.write(nb, root / folder / f"{name}.ipynb")
+    found = {s.chapter: s.reason for s in release.check(root)}
+    assert "set-up cell differs from setup_cell.ipy" in found[first] and "edited by hand" in found[second]
+    assert release.stamp_solution(root, first) == [root / "solutions" / f"{first}.ipynb"]
+    assert release.stamp_solution(root, first) == []  # stamped once, unchanged the second time
+    assert first not in {s.chapter for s in release.check(root)}
+
+
+def _solution(name):
+    return nbformat.read(course.SOLUTIONS / f"{name}.ipynb", as_version=4)
+
+
+def test_exercise_ids_and_points_written_for_students_agree_with_the_metadata():
+    for name in course.chapter_names():
+        assert release.exercise_text_problems(_solution(name)) == [], name
+    nb = _solution("01_rooflines")
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ch01-einsum-intensity")
+    test.metadata["nbgrader"]["points"] = 3  # the header and the test cell still say 2
+    other = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "ch01-ex1-1-int8")
+    other.source = other.source.replace('visible_checks("ch01-ex1-1-int8")', 'visible_checks("ch01-ex1-2-mixed")')
+    problems = release.exercise_text_problems(nb)
+    assert any(p.startswith("ch01-einsum-intensity: its test cell starts") for p in problems)
+    assert "ch01-einsum-intensity: the markdown says 2 points, its metadata 3 points" in problems
+    assert any(p.startswith("ch01-ex1-1-int8: its test cell's ex.visible_checks name ['ch01-ex1-2-mixed']")
+               for p in problems)
+    assert len(problems) == 3, problems
+
+
+def test_the_student_wheel_holds_scalelib_only_and_the_editable_install_adds_autograder(monkeypatch):
+    """setup.py's choice, read without building (a real `pip wheel .` needs setuptools from the index)."""
+    import setuptools
+
+    chosen = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: chosen.update(kw))
+    monkeypatch.chdir(course.ROOT)
+    for command in ("bdist_wheel", "editable_wheel"):
+        monkeypatch.setattr(sys, "argv", ["setup.py", command])
+        exec(compile((course.ROOT / "setup.py").read_text(), "setup.py", "exec"), {"__name__": "__main__"})
+        tops = {p.split(".")[0] for p in chosen["packages"]}
+        assert tops == ({"scalelib", "autograder"} if command == "editable_wheel" else {"scalelib"}), command
+        assert "scalelib.parallel" in chosen["packages"]
+    assert "/dist/" in (course.ROOT / ".gitignore").read_text().splitlines()

@@ -9,11 +9,10 @@ with ``XLA_CHOICES`` recording where XLA's choice differs from the book's.
 
 from scalelib.hlo import hlo_collectives
 from scalelib.sharded_matmul.cost import MatmulCost, StepCost, crossover, plan_cost, ring_axes_of, shards_at_balance
-from scalelib.sharded_matmul.plan import Kind, MatmulPlan, Step, _drop, _prefix, _reshard, plan_matmul
-from scalelib.sharded_matmul.run import _apply, run_plan
+from scalelib.sharded_matmul.plan import Kind, MatmulPlan, Step, plan_matmul
+from scalelib.sharded_matmul.run import run_plan
 from scalelib.sharded_matmul.xla import XLA_CHOICES, xla_choice_recorded, xla_collectives
 
-# _apply, _drop, _prefix and _reshard are re-exported because chapter 3's hidden tests forbid them by name.
-__all__ = ["XLA_CHOICES", "Kind", "MatmulCost", "MatmulPlan", "Step", "StepCost", "_apply", "_drop", "_prefix",
-           "_reshard", "crossover", "hlo_collectives", "plan_cost", "plan_matmul", "ring_axes_of", "run_plan",
-           "shards_at_balance", "xla_choice_recorded", "xla_collectives"]
+__all__ = ["XLA_CHOICES", "Kind", "MatmulCost", "MatmulPlan", "Step", "StepCost", "crossover", "hlo_collectives",
+           "plan_cost", "plan_matmul", "ring_axes_of", "run_plan", "shards_at_balance", "xla_choice_recorded",
+           "xla_collectives"]
