@@ -323,11 +323,16 @@ def _check_shard(s: Shard, ch: align.Chapter, listed_by: dict[str, list[Shard]])
         expected = {f for student in s.students for f in student_files(student)}
         for name in sorted(set(s.files) - expected):
             problems.append(f"{s.label}: {MARKER} records {name}, which is not a file of its students")
-        for name in sorted(expected):
+        absent = sorted(name for name in expected if not (s.folder / name).is_file())
+        if absent:
+            copied = " (its shard.json describes none of the files beside it: copied from another shard?)" if len(
+                absent) == len(expected) else ""
+            problems.append(f"{s.label}: {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''} "
+                            f"{'is' if len(absent) == 1 else 'are'} missing "
+                            f"({len(absent)} of its students' {len(expected)} result and feedback files){copied}")
+        for name in sorted(set(expected) - set(absent)):
             path = s.folder / name
-            if not path.is_file():
-                problems.append(f"{s.label}: {name} is missing")
-            elif name not in s.files:
+            if name not in s.files:
                 problems.append(f"{s.label}: {name} is not recorded in its {MARKER}")
             else:
                 got = result_digest(path) if name.startswith("results/") else sha256_file(path)
@@ -382,18 +387,19 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
         for student in s.students:
             listed_by.setdefault(student, []).append(s)
     bad: list[str] = []
+    by_k: dict[int, Shard] = {}
+    for s in shards:
+        k = s.marker.shard[0]
+        if k in by_k:
+            bad.append(f"shard {k}/{n} given twice: {by_k[k].folder} and {s.folder} (one of them is another shard's "
+                       "output or a copy)")
+        by_k.setdefault(k, s)
     done: dict[str, StudentResult] = {}
     for s in shards:
         found, got = _check_shard(s, ch, listed_by)
         bad += found
         if s.complete or allow_partial:
             done.update(got)
-    by_k: dict[int, Shard] = {}
-    for s in shards:
-        k = s.marker.shard[0]
-        if k in by_k:
-            bad.append(f"shard {k}/{n} given twice: {by_k[k].folder} and {s.folder}")
-        by_k.setdefault(k, s)
     if bad:
         raise MergeError("refusing to merge: the shards' outputs are not consistent:\n  " + "\n  ".join(_listed(bad))
                          + f"\n{_WHAT_TO_DO}")

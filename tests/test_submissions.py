@@ -219,7 +219,8 @@ def test_no_two_ids_share_a_file_stem(tmp_path):
     victim = "zoë"
     impostor = _old_file_stem(victim)  # 'zoe-' + 10 hex digits: a plain id, so it was its own stem
     assert _old_file_stem(impostor) == _old_file_stem(victim)  # the collision being fixed
-    _, mapping = _collect(tmp_path, _zip([(f"{victim}/01_rooflines.ipynb", NB), (f"{impostor}/01_rooflines.ipynb", NB)]))
+    entries = [(f"{victim}/01_rooflines.ipynb", NB), (f"{impostor}/01_rooflines.ipynb", NB)]
+    _, mapping = _collect(tmp_path, _zip(entries))
     assert set(mapping.chosen) == {victim, impostor}
     assert submissions.file_stem(victim) != submissions.file_stem(impostor)
     ids = [victim, impostor, "zoe", "Zoe", "ZOE", "zoé", "zoe\u0308", "Con", "con", "con.x", "nul", "com1", "a~b",
