@@ -8,8 +8,8 @@ itself (``metadata.scalelib.chapter``), else from the file name.
 **Who a file belongs to** is decided by what the student cannot choose: the uploader's folder (a course site's
 ``name_uid_sid/`` folder, or a per-student folder of the export), else the course site's own prefix of a flat
 file name (``name_uid_sid_…``: the site writes it in front of whatever the student named the file). The
-uploader's folder is the first non-generic folder below the export's wrapper (a leading folder every notebook
-of the export shares, such as ``Chapter 1 submissions/``; never a course site's per-student folder). Whatever
+uploader's folder is the first non-generic folder below the export's wrapper (leading folders every notebook of
+the export shares, such as ``Chapter 1 submissions/``; see :func:`export_wrapper`). Whatever
 lies inside that folder (file names, sub-folders, even ones written as another student's course-site name) was
 uploaded by that student and counts as theirs: a name inside a folder cannot claim another identity. With a
 roster (CSV with a ``student`` column and optionally ``name``, ``id``, ``email``, ``aliases`` separated by
@@ -178,18 +178,29 @@ def parse_name(rel: Path, chapters: list[str], wrapper: int = 0) -> tuple[str, l
     return student, [k for k in keys if k], resub, chapter
 
 
-def export_wrapper(rels: list[Path]) -> int:
-    """How many leading folders are the export's wrapper rather than a student's: the folders every notebook's
-    path starts with, but never a file's last folder (a one-student export keeps its student's folder), and
-    never a course site's per-student folder (``name_uid_sid``)."""
+def export_wrapper(rels: list[Path], chapters: list[str] | None = None) -> int:
+    """How many leading folders are the export's wrapper (``Chapter 1 submissions/``) rather than a student's.
+
+    The folders every notebook's path starts with, never a course site's per-student folder (``name_uid_sid``),
+    and never a file's last folder while the files are not all in one folder (``w/alice/x``, ``w/alice/sub/y``:
+    ``alice`` stays). When every notebook is in the same folder, it is a wrapper of flat files only if their names
+    show at least two students (``w/adams_1_2_….ipynb``, ``w/brown_3_4_….ipynb``); otherwise it is one student's
+    folder, and its outermost folder is the uploader's. (An export holding one student's folder alone cannot
+    show which of its folders is the student's: the outermost is taken, so no name inside can claim another.)
+    """
     dirs = [rel.parts[:-1] for rel in rels]
     if not dirs:
         return 0
     depth = 0
-    cap = min(len(d) for d in dirs) - 1
-    while depth < cap and len({d[depth] for d in dirs}) == 1 and not _COURSE_SITE_DIR.match(dirs[0][depth]):
+    while (all(len(d) > depth for d in dirs) and len({d[depth] for d in dirs}) == 1
+           and not _COURSE_SITE_DIR.match(dirs[0][depth])):
         depth += 1
-    return depth
+    if len(set(dirs)) == 1:
+        if depth < len(dirs[0]):  # stopped at a course site's per-student folder
+            return depth
+        owners = {norm(parse_name(Path(rel.name), chapters or [])[0]) for rel in rels} - {""}
+        return depth if len(owners) >= 2 else 0
+    return max(0, min(depth, min(len(d) for d in dirs) - 1))
 
 
 def notebook_chapter(path: Path, max_bytes: int = UnpackLimits.max_file_bytes) -> tuple[str | None, str]:
@@ -386,7 +397,7 @@ def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, rost
     per_student: dict[str, list[Candidate]] = {}
     folder = unpacked.folder
     paths = sorted(folder.rglob("*"))
-    wrapper = export_wrapper([p.relative_to(folder) for p in paths if _is_notebook(p, folder)])
+    wrapper = export_wrapper([p.relative_to(folder) for p in paths if _is_notebook(p, folder)], chapters)
     for path in paths:
         rel = path.relative_to(folder)
         shown = str(rel)

@@ -144,10 +144,15 @@ def test_name_parsing():
 def test_the_export_wrapper_is_the_folders_every_notebook_shares():
     wrap = submissions.export_wrapper
     assert wrap([Path("w/alice/x.ipynb"), Path("w/bob/y/x.ipynb")]) == 1
-    assert wrap([Path("w/alice/x.ipynb")]) == 1  # one student: their folder stays theirs
-    assert wrap([Path("alice/x.ipynb"), Path("alice/y.ipynb")]) == 0
+    assert wrap([Path("w/alice/x.ipynb"), Path("w/alice/sub/y.ipynb")]) == 1  # one student: their folder stays theirs
+    assert wrap([Path("alice/x.ipynb"), Path("alice/sub/y.ipynb")]) == 0
     assert wrap([Path("alice/x.ipynb"), Path("bob.ipynb")]) == 0
-    assert wrap([Path("adams_1_2/sub/x.ipynb")]) == 0  # a course site's per-student folder is never a wrapper
+    assert wrap([Path("w/adams_1_2/sub/x.ipynb")]) == 1  # a course site's per-student folder is never a wrapper
+    assert wrap([Path("w/adams_1_2_01_rooflines.ipynb"), Path("w/brown_3_4_01_rooflines.ipynb")]) == 1  # flat, wrapped
+    assert wrap([Path("w/alice.ipynb"), Path("w/bob.ipynb")]) == 1
+    # one folder whose names do not show two students is one student's: the outermost folder is the uploader's
+    assert wrap([Path("w/alice/Copy of 01_rooflines.ipynb"), Path("w/alice/01_rooflines (1).ipynb")]) == 0
+    assert wrap([Path("alice/bob/brown_1002_5002_01_rooflines.ipynb")]) == 0
     assert wrap([]) == 0
 
 
@@ -192,13 +197,14 @@ def test_a_name_inside_the_uploaders_folder_cannot_claim_another_student(tmp_pat
 def test_a_flat_course_site_name_is_the_sites_prefix_whatever_the_student_named_the_file(tmp_path):
     entries = [("brown_1002_5003_01_rooflines.ipynb", NB, 10),
                ("adams_1001_5001_brown_1002_5002_01_rooflines.ipynb", NB, 11)]  # Adams named the upload as Brown's
-    for roster in (None, IMPOSTOR_ROSTER):
-        sub = tmp_path / str(roster is None)
-        sub.mkdir()
-        _, mapping = _collect(sub, _timed_zip(entries), roster=roster)
-        named = {s: c.shown for s, c in mapping.chosen.items()}
-        assert named == ({"brown": entries[0][0], "adams": entries[1][0]} if roster is None else
-                         {"bob": entries[0][0], "alice": entries[1][0]})
+    for wrapped in ("", "Chapter 1/"):  # as the site exports it, or zipped again inside a folder
+        for roster in (None, IMPOSTOR_ROSTER):
+            sub = tmp_path / f"{bool(wrapped)}-{roster is None}"
+            sub.mkdir()
+            _, mapping = _collect(sub, _timed_zip([(wrapped + n, c, h) for n, c, h in entries]), roster=roster)
+            named = {s: c.shown for s, c in mapping.chosen.items()}
+            brown, adams = (wrapped + n for n, _, _ in entries)
+            assert named == ({"brown": brown, "adams": adams} if roster is None else {"bob": brown, "alice": adams})
 
 
 def _old_file_stem(student: str) -> str:
