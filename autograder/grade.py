@@ -173,7 +173,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 continue
             fp = fingerprint(solution_hash, cand.path)
             previous = results.load(out_dir / "results" / f"{submissions.file_stem(student)}.json")
-            if previous and not force and previous.fingerprint == fp:
+            if previous and not force and previous.fingerprint == fp and previous.file == cand.shown:
                 done[student] = previous
                 say(f"{previous.line()}  (already graded; --force to redo)")
             else:

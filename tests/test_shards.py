@@ -197,6 +197,11 @@ def test_merge_refuses_an_edited_score(classes):
         text = _refused(folders, tmp / "out-score", f"results/{stem}.json was changed after grading",
                         f"shard {k}/2 ({copy})")
         assert ("exercises add up to 0" in text) == (how == "score only"), text
+    copy = _shard(sharded, tmp, k, "page")  # the page a student reads, edited to show another score
+    page = copy / "feedback" / f"{stem}.html"
+    page.write_text(page.read_text(encoding="utf-8").replace("Score: <b>0 /", "Score: <b>9 /"), encoding="utf-8")
+    _refused(sorted([copy, _other(sharded, k)], key=lambda f: _marker(f)["shard"][0]), tmp / "out-score",
+             f"shard {k}/2 ({copy}): feedback/{stem}.html was changed after grading")
 
 
 def test_merge_refuses_a_student_listed_by_two_shards(classes):
