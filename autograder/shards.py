@@ -297,7 +297,8 @@ def _result_problems(r: StudentResult, student: str, marker: Marker, ch: align.C
     return out
 
 
-def _check_shard(s: Shard, ch: align.Chapter, listed_by: dict[str, list[Shard]]) -> tuple[list[str], dict]:
+def _check_shard(s: Shard, ch: align.Chapter,
+                 listed_by: dict[str, list[Shard]]) -> tuple[list[str], dict[str, StudentResult]]:
     """(problems, student -> result) of one shard: its students are the ones its K owns, its files are the ones it
     recorded, its results are of its students and of the files it read."""
     m = s.marker
@@ -339,7 +340,7 @@ def _check_shard(s: Shard, ch: align.Chapter, listed_by: dict[str, list[Shard]])
                 if got != s.files[name]:
                     problems.append(f"{s.label}: {name} was changed after grading (SHA-256 {_short(got)}, "
                                     f"recorded {_short(s.files[name])})")
-    done = {}
+    done: dict[str, StudentResult] = {}
     for student in s.students:
         name = student_files(student)[0]
         r = results.load(s.folder / name)
