@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
 from pathlib import Path
 
 from autograder import align, course, report, results, sandbox, shards, submissions, surface
@@ -46,7 +47,7 @@ from autograder.student import Shared, grade_student, groups, replay_steps, scre
 from autograder.trusted import TrustedContext
 from scalelib import exercise
 
-GRADER_VERSION = "4"
+GRADER_VERSION = "5"  # 5: who a file belongs to is its uploader's folder; file stems one-to-one
 STATUSES = tuple(s.value for s in Status)
 
 
@@ -64,8 +65,7 @@ class Unsandboxed(SystemExit):
 
 def fingerprint(solution_hash: str, path: Path) -> str:
     """Changes when the submission, the chapter's solution notebook or the grader changes."""
-    h = hashlib.sha256(path.read_bytes()).hexdigest()
-    return hashlib.sha256(f"{GRADER_VERSION}:{solution_hash}:{h}".encode()).hexdigest()[:32]
+    return results.fingerprint(GRADER_VERSION, solution_hash, shards.sha256_file(path))
 
 
 def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, workers: int,
@@ -152,11 +152,11 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     for sub in ("feedback", "results", "logs"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     ch = align.load_chapter(solution)
-    marker = shards.Marker(chapter, shard or (0, 1), GRADER_VERSION, solution_hash, limits.sandbox)
     with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster,
                                       released=root / "chapters")
+        marker = _marker(chapter, shard or (0, 1), solution_hash, limits, roster, mapping)
         if mapping.skipped:
             say(f"{len(mapping.skipped)} entries of the export not unpacked or not read (see submissions.csv):")
             for name, why in mapping.skipped[:20]:
@@ -189,7 +189,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 continue
             stem = submissions.file_stem(student)
             previous = results.load(out_dir / "results" / f"{stem}.json")
-            if previous and not force and previous.fingerprint == fp:
+            if previous and not force and previous.fingerprint == fp and previous.file == cand.shown:
                 done[student] = previous
                 say(f"{previous.line()}  (already graded; --force to redo)")
                 continue
@@ -220,6 +220,17 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             for name, why in mapping.unmatched:
                 say(f"  {name}: {why}")
     return ordered
+
+
+def _marker(chapter: str, shard: tuple[int, int], solution_hash: str, limits: Limits, roster: Path | None,
+            mapping: submissions.Mapping) -> shards.Marker:
+    """What this run is and what it read (see :mod:`autograder.shards`): ``merge`` checks shards against it."""
+    export = {c.shown: shards.sha256_file(c.path)
+              for c in [*mapping.chosen.values(), *(c for c, _ in mapping.superseded)]}
+    return shards.Marker(chapter, shard, GRADER_VERSION, solution_hash, limits.sandbox, shards.code_identity(),
+                         asdict(limits), shards.sha256_file(roster) if roster else "", dict(sorted(export.items())),
+                         {s: c.shown for s, c in sorted(mapping.chosen.items())},
+                         sorted(set(mapping.chosen) | set(mapping.missing)))
 
 
 class _Gradebook:

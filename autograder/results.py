@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -24,6 +25,12 @@ class Status(str, Enum):
 
     def __hash__(self) -> int:  # as its text, so that a Status and its text are one key in sets and dicts
         return str.__hash__(self)
+
+
+def fingerprint(grader_version: str, solution_hash: str, content_sha256: str) -> str:
+    """What a result was graded from: the grader's version, the chapter's instructor notebook (its SHA-256) and the
+    submission (the SHA-256 of its bytes). A rerun regrades when it changes; ``merge`` checks it."""
+    return hashlib.sha256(f"{grader_version}:{solution_hash}:{content_sha256}".encode()).hexdigest()[:32]
 
 
 # A kernel that died makes the notebook's status at least this bad; the later, worse one wins.

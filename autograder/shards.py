@@ -2,23 +2,45 @@
 
 ``grade --shard K/N`` grades the students whose id hashes to K (:func:`shard_of`: SHA-256 of the id, so every
 machine computes the same split from the same export and roster) and writes ``shard.json`` in its output folder:
-incomplete when it starts, complete when every result, feedback page and CSV is written. ``merge OUT...`` checks
-that the shards are one class (chapter, N, solution notebook, grader version), that every K from 0 to N-1 is there
-and complete (naming those that are not, and refusing unless ``allow_partial``), and writes one ``results/``, one
+incomplete when it starts, complete when every result, feedback page and CSV is written.
+
+A shard's ``shard.json`` says what it graded and how, so that its output can be checked rather than trusted:
+
+* **which run**: the chapter, K and N, the grader's version and a SHA-256 over the grader's and the library's
+  source (:func:`code_identity`, with the Python, JAX and NumPy versions), the SHA-256 of the chapter's instructor
+  notebook, the limits it graded under, the SHA-256 of the roster;
+* **what it read**: every notebook of the export with the SHA-256 of its content, which file was graded for
+  which student, every student of the class (all shards) and its own students;
+* **what it wrote** (once complete): the SHA-256 of ``submissions.csv`` and of each of its students' result
+  (its content apart from how many seconds grading took) and feedback page.
+
+``merge OUT...`` joins shards only when they are one run (all of the above but K and the own students are the
+same), every K from 0 to N-1 is there and complete (naming those that are not, and refusing unless
+``allow_partial``), each shard lists exactly the students its K owns, and every file is the one its shard
+recorded, every result matches the submission it claims to grade and adds up. Anything else is refused with
+what differs, where, and what to do, before anything is written. It then writes one ``results/``, one
 ``feedback/``, one ``grades.csv``, one ``submissions.csv`` (identical in every shard: each shard reads the whole
 export) and one nbgrader gradebook. A class graded in shards and merged gives the same bytes as one run.
+
+The digests catch edits, mix-ups and copies made after grading; they are not signatures: someone who may write a
+shard's folder could rewrite its ``shard.json`` to match. Keep shard outputs where only the grading jobs write.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
+import math
+import platform
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from autograder import align, course, report, results, submissions
-from autograder.results import StudentResult
+from autograder.results import Status, StudentResult
 
 MARKER = "shard.json"
 
@@ -39,21 +61,98 @@ def parse(text: str) -> tuple[int, int]:
     return k, n
 
 
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@functools.cache
+def code_identity() -> dict[str, str]:
+    """What grades: a SHA-256 over the source of ``autograder`` and ``scalelib`` (path and bytes of every file but
+    caches), and the versions of Python, JAX, jaxlib and NumPy."""
+    import autograder
+    import scalelib
+
+    h = hashlib.sha256()
+    for package in (autograder, scalelib):
+        top = Path(str(package.__file__)).resolve().parent
+        for path in sorted(p for p in top.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            rel = f"{top.name}/{path.relative_to(top).as_posix()}"
+            h.update(f"{rel}\0{len(path.read_bytes())}\0".encode())
+            h.update(path.read_bytes())
+    ident = {"source_sha256": h.hexdigest(), "python": platform.python_version()}
+    for dist in ("jax", "jaxlib", "numpy"):
+        try:
+            ident[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            ident[dist] = "absent"
+    return ident
+
+
 @dataclass(frozen=True)
 class Marker:
+    """What a shard is: the run it belongs to (every field but ``shard``'s K is the same in all shards of a run)."""
+
     chapter: str
     shard: tuple[int, int]
     grader_version: str
-    solution_hash: str
+    solution_hash: str  # SHA-256 of the chapter's instructor notebook
     sandboxed: bool
+    code: dict[str, str] = field(default_factory=dict)  # code_identity()
+    limits: dict[str, Any] = field(default_factory=dict)  # the kernel limits, as configured
+    roster_hash: str = ""  # SHA-256 of the roster file, '' without one
+    export: dict[str, str] = field(default_factory=dict)  # every notebook read from the export -> its SHA-256
+    graded: dict[str, str] = field(default_factory=dict)  # student -> the file graded for them (absent: missing)
+    class_students: list[str] = field(default_factory=list)  # every student of the class, in all shards
 
     def owns(self, student: str) -> bool:
         k, n = self.shard
         return shard_of(student, n) == k
 
 
+def result_digest(path: Path) -> str:
+    """SHA-256 of a result file's content apart from how long grading took (``seconds``, which differs from one
+    run to the next); of its bytes when it is not a result."""
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError
+        data["seconds"] = 0.0
+        raw = json.dumps(data, sort_keys=True, ensure_ascii=False).encode()
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raw = b"not a result:" + raw
+    return hashlib.sha256(raw).hexdigest()
+
+
+def student_files(student: str) -> tuple[str, str]:
+    """The files a shard writes for ``student`` and records in its marker: result and feedback page."""
+    stem = submissions.file_stem(student)
+    return f"results/{stem}.json", f"feedback/{stem}.html"
+
+
+def files_digest(out_dir: Path, students: list[str]) -> dict[str, str]:
+    """SHA-256 of each student's result (see :func:`result_digest`) and feedback page in ``out_dir``."""
+    digests = {}
+    for student in students:
+        result, page = student_files(student)
+        if (out_dir / result).is_file():
+            digests[result] = result_digest(out_dir / result)
+        if (out_dir / page).is_file():
+            digests[page] = sha256_file(out_dir / page)
+    return digests
+
+
 def write_marker(out_dir: Path, marker: Marker, students: list[str], complete: bool) -> None:
-    data = {**asdict(marker), "shard": list(marker.shard), "students": students, "complete": complete}
+    """``shard.json``; once ``complete``, with the digests of submissions.csv and of every student's files."""
+    data: dict[str, Any] = {**asdict(marker), "shard": list(marker.shard), "students": students, "complete": complete}
+    if complete:
+        manifest = out_dir / "submissions.csv"
+        data["manifest_sha256"] = sha256_file(manifest) if manifest.is_file() else ""
+        data["files"] = files_digest(out_dir, students)
     report.atomic_write(out_dir / MARKER, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -63,47 +162,248 @@ class Shard:
     marker: Marker
     students: list[str]
     complete: bool
+    manifest_sha256: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        k, n = self.marker.shard
+        return f"shard {k}/{n} ({self.folder})"
+
+
+def _str_map(value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise TypeError("expected a map of text to text")
+    return dict(value)
+
+
+def _str_list(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TypeError("expected a list of text")
+    return list(value)
 
 
 def read(folder: Path) -> Shard | str:
     """A shard's output folder, or why it cannot be used."""
     try:
         data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-        marker = Marker(data["chapter"], (int(data["shard"][0]), int(data["shard"][1])), data["grader_version"],
-                        data["solution_hash"], bool(data["sandboxed"]))
-        return Shard(folder, marker, list(data["students"]), bool(data["complete"]))
+        limits = data["limits"]
+        if not isinstance(limits, dict):
+            raise TypeError("limits: expected a map")
+        marker = Marker(str(data["chapter"]), (int(data["shard"][0]), int(data["shard"][1])),
+                        str(data["grader_version"]), str(data["solution_hash"]), bool(data["sandboxed"]),
+                        _str_map(data["code"]), limits, str(data["roster_hash"]), _str_map(data["export"]),
+                        _str_map(data["graded"]), _str_list(data["class_students"]))
+        complete = data["complete"] is True
+        return Shard(folder, marker, _str_list(data["students"]), complete,
+                     str(data["manifest_sha256"]) if complete else "",
+                     _str_map(data["files"]) if complete else {})
     except FileNotFoundError:
         return f"{folder}: no {MARKER} (not a grading output, or its grade never started)"
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return f"{folder}: unreadable {MARKER} ({err})"
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        return (f"{folder}: unreadable {MARKER} ({type(err).__name__}: {err}); it was written by another grader "
+                "version or edited: grade that shard again")
 
 
 class MergeError(SystemExit):
     pass
 
 
+_LIST_AT_MOST = 10
+
+
+def _listed(lines: list[str]) -> list[str]:
+    more = len(lines) - _LIST_AT_MOST
+    return lines[:_LIST_AT_MOST] + ([f"... and {more} more"] if more > 0 else [])
+
+
+def _short(text: object) -> str:
+    return f"{str(text)[:16]}..." if isinstance(text, str) and len(text) == 64 else repr(text)
+
+
+def run_differences(a: Shard, b: Shard) -> list[str]:
+    """How ``b`` is not a shard of the same run as ``a`` (empty when it is), one line per difference."""
+    ma, mb = a.marker, b.marker
+    out: list[str] = []
+    if ma.chapter != mb.chapter:
+        out.append(f"chapter: {ma.chapter} vs {mb.chapter}")
+    if ma.shard[1] != mb.shard[1]:
+        out.append(f"number of shards: {ma.shard[1]} vs {mb.shard[1]}")
+    if ma.solution_hash != mb.solution_hash:
+        out.append(f"instructor notebook solutions/{ma.chapter}.ipynb: SHA-256 {_short(ma.solution_hash)} vs "
+                   f"{_short(mb.solution_hash)}")
+    if ma.grader_version != mb.grader_version:
+        out.append(f"grader version: {ma.grader_version} vs {mb.grader_version}")
+    for key in sorted(set(ma.code) | set(mb.code)):
+        if ma.code.get(key) != mb.code.get(key):
+            what = "grader and library source (autograder/, scalelib/)" if key == "source_sha256" else key
+            out.append(f"{what}: {_short(ma.code.get(key))} vs {_short(mb.code.get(key))}")
+    for key in sorted(set(ma.limits) | set(mb.limits)):
+        if ma.limits.get(key) != mb.limits.get(key):
+            out.append(f"limit {key}: {ma.limits.get(key)!r} vs {mb.limits.get(key)!r}")
+    if ma.sandboxed != mb.sandboxed:
+        out.append(f"sandboxed: {ma.sandboxed} vs {mb.sandboxed}")
+    if ma.roster_hash != mb.roster_hash:
+        out.append(f"roster: SHA-256 {_short(ma.roster_hash) if ma.roster_hash else 'none'} vs "
+                   f"{_short(mb.roster_hash) if mb.roster_hash else 'none'}")
+    files = []
+    for name in sorted(set(ma.export) | set(mb.export)):
+        x, y = ma.export.get(name), mb.export.get(name)
+        if x != y:
+            files.append(f"export file {name!r}: " + (f"content SHA-256 {_short(x)} vs {_short(y)}" if x and y else
+                                                       ("only in the first" if x else "only in the second")))
+    out += _listed(files)
+    chosen = [f"student {s!r} graded from {ma.graded.get(s)!r} vs {mb.graded.get(s)!r}"
+              for s in sorted(set(ma.graded) | set(mb.graded)) if ma.graded.get(s) != mb.graded.get(s)]
+    out += _listed(chosen)
+    if ma.class_students != mb.class_students:
+        in_a, in_b = set(ma.class_students), set(mb.class_students)
+        only_a, only_b = in_a - in_b, in_b - in_a
+        out.append(f"the class's students: only in the first {sorted(only_a)}, only in the second {sorted(only_b)}")
+    if a.complete and b.complete and a.manifest_sha256 != b.manifest_sha256:
+        out.append(f"submissions.csv: SHA-256 {_short(a.manifest_sha256)} vs {_short(b.manifest_sha256)}")
+    return out
+
+
+def _result_problems(r: StudentResult, student: str, marker: Marker, ch: align.Chapter) -> list[str]:
+    """Why a result cannot be this student's result of this run (empty when it can)."""
+    out = []
+    if r.student != student:
+        out.append(f"is the result of {r.student!r}, not of {student!r}")
+    file = marker.graded.get(student)
+    if file is None:
+        if r.status != Status.MISSING:
+            out.append(f"says {r.status} but the shard found no file for the student")
+    elif file not in marker.export:
+        out.append(f"grades {file!r}, which the shard's export does not list")
+    else:
+        expected = results.fingerprint(marker.grader_version, marker.solution_hash, marker.export[file])
+        grader_error = r.status == Status.CRASHED and r.detail.startswith("grader error")
+        if r.fingerprint != expected and not (grader_error and not r.fingerprint):
+            out.append(f"was not graded from {file!r} as the shard read it (fingerprint {r.fingerprint!r}, "
+                       f"expected {expected!r})")
+        if r.file != file:
+            out.append(f"names the file {r.file!r}, but the shard graded {file!r}")
+    if set(r.exercises) != set(ch.exercises):
+        out.append(f"has exercises {sorted(r.exercises)}, the chapter {sorted(ch.exercises)}")
+    for eid, points in r.exercises.items():
+        top = ch.exercises[eid].points if eid in ch.exercises else 0.0
+        if not (isinstance(points, (int, float)) and 0 <= points <= top):
+            out.append(f"gives {points!r} points for {eid} (0 to {top:g})")
+    if not math.isclose(r.score, sum(r.exercises.values()), abs_tol=1e-9):
+        out.append(f"has score {r.score:g}, but its exercises add up to {sum(r.exercises.values()):g}")
+    if r.max_score != ch.max_score:
+        out.append(f"has max_score {r.max_score:g}, the chapter {ch.max_score:g}")
+    return out
+
+
+def _check_shard(s: Shard, ch: align.Chapter,
+                 listed_by: dict[str, list[Shard]]) -> tuple[list[str], dict[str, StudentResult]]:
+    """(problems, student -> result) of one shard: its students are the ones its K owns, its files are the ones it
+    recorded, its results are of its students and of the files it read."""
+    m = s.marker
+    n = m.shard[1]
+    problems: list[str] = []
+    everyone = set(m.class_students)
+    for student in s.students:
+        if student not in everyone:
+            problems.append(f"{s.label} lists {student!r}, who is not in the class it read (no file, not on the "
+                            "roster)")
+        elif not m.owns(student):
+            problems.append(f"{s.label} lists {student!r}, who belongs to shard {shard_of(student, n)}/{n}")
+        if len(listed_by[student]) > 1 and s is listed_by[student][0]:
+            problems.append(f"student {student!r} is listed by " + " and ".join(x.label for x in listed_by[student]))
+    left_out = sorted(x for x in everyone - set(s.students) if m.owns(x))
+    problems += [f"{s.label} leaves out {x!r}, whom its K owns (it has no result for them)" for x in left_out]
+    if s.complete:
+        manifest = s.folder / "submissions.csv"
+        got = sha256_file(manifest) if manifest.is_file() else "(no file)"
+        if got != s.manifest_sha256:
+            problems.append(f"{s.label}: submissions.csv is not the one the shard wrote (SHA-256 {_short(got)}, "
+                            f"recorded {_short(s.manifest_sha256)})")
+        expected = {f for student in s.students for f in student_files(student)}
+        for name in sorted(set(s.files) - expected):
+            problems.append(f"{s.label}: {MARKER} records {name}, which is not a file of its students")
+        absent = sorted(name for name in expected if not (s.folder / name).is_file())
+        if absent:
+            copied = " (its shard.json describes none of the files beside it: copied from another shard?)" if len(
+                absent) == len(expected) else ""
+            problems.append(f"{s.label}: {', '.join(absent[:4])}{' ...' if len(absent) > 4 else ''} "
+                            f"{'is' if len(absent) == 1 else 'are'} missing "
+                            f"({len(absent)} of its students' {len(expected)} result and feedback files){copied}")
+        for name in sorted(set(expected) - set(absent)):
+            path = s.folder / name
+            if name not in s.files:
+                problems.append(f"{s.label}: {name} is not recorded in its {MARKER}")
+            else:
+                got = result_digest(path) if name.startswith("results/") else sha256_file(path)
+                if got != s.files[name]:
+                    problems.append(f"{s.label}: {name} was changed after grading (SHA-256 {_short(got)}, "
+                                    f"recorded {_short(s.files[name])})")
+    done: dict[str, StudentResult] = {}
+    for student in s.students:
+        name = student_files(student)[0]
+        r = results.load(s.folder / name)
+        if r is None:
+            if s.complete and (s.folder / name).is_file():
+                problems.append(f"{s.label}: {name} (the result of {student!r}) is unreadable")
+            continue
+        problems += [f"{s.label}: {name} {why}" for why in _result_problems(r, student, m, ch)]
+        done[student] = r
+    return problems, done
+
+
+_WHAT_TO_DO = ("merge only the output folders of one `grade --shard K/N` run: the same export, roster, chapter, "
+               "grader and options on every shard; grade again any shard named above (into an empty --out), then "
+               "merge")
+
+
 def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow_partial: bool = False,
           roster: Path | None = None, lms: str | None = None, lms_assignment: str | None = None,
           nbgrader_dir: Path | None = None) -> list[StudentResult]:
-    """Join shard outputs into ``out_dir`` as one run would have written it; returns the class's results."""
+    """Join shard outputs into ``out_dir`` as one run would have written it; returns the class's results.
+
+    Every check runs before anything is written: a refusal (:class:`MergeError`) leaves ``out_dir`` as it was.
+    """
     read_ = [read(f) for f in folders]
     problems = [r for r in read_ if isinstance(r, str)]
     shards = [r for r in read_ if isinstance(r, Shard)]
     if not shards:
         raise MergeError("nothing to merge:\n  " + "\n  ".join(problems))
-    first = shards[0].marker
+    first = shards[0]
+    for s in shards[1:]:
+        diffs = run_differences(first, s)
+        if diffs:
+            raise MergeError(f"refusing to merge: {s.label} is not a shard of the same run as {first.label}:\n  "
+                             + "\n  ".join(diffs) + f"\n{_WHAT_TO_DO}")
+    n = first.marker.shard[1]
+    ch = align.load_chapter(root / "solutions" / f"{first.marker.chapter}.ipynb")
+    solution_hash = sha256_file(root / "solutions" / f"{first.marker.chapter}.ipynb")
+    if solution_hash != first.marker.solution_hash:
+        raise MergeError(f"refusing to merge: the shards were graded with another solutions/{first.marker.chapter}"
+                         f".ipynb than the one in {root} (SHA-256 {_short(first.marker.solution_hash)} vs "
+                         f"{_short(solution_hash)}): merge with the repository the shards graded with")
+    listed_by: dict[str, list[Shard]] = {}
     for s in shards:
-        same = (s.marker.chapter, s.marker.shard[1], s.marker.solution_hash, s.marker.grader_version)
-        if same != (first.chapter, first.shard[1], first.solution_hash, first.grader_version):
-            raise MergeError(f"{s.folder} is not a shard of the same run as {shards[0].folder} (chapter, shard count, "
-                             "solution notebook or grader version differ)")
-    n = first.shard[1]
+        for student in s.students:
+            listed_by.setdefault(student, []).append(s)
+    bad: list[str] = []
     by_k: dict[int, Shard] = {}
     for s in shards:
         k = s.marker.shard[0]
         if k in by_k:
-            raise MergeError(f"shard {k}/{n} given twice: {by_k[k].folder} and {s.folder}")
-        by_k[k] = s
+            bad.append(f"shard {k}/{n} given twice: {by_k[k].folder} and {s.folder} (one of them is another shard's "
+                       "output or a copy)")
+        by_k.setdefault(k, s)
+    done: dict[str, StudentResult] = {}
+    for s in shards:
+        found, got = _check_shard(s, ch, listed_by)
+        bad += found
+        if s.complete or allow_partial:
+            done.update(got)
+    if bad:
+        raise MergeError("refusing to merge: the shards' outputs are not consistent:\n  " + "\n  ".join(_listed(bad))
+                         + f"\n{_WHAT_TO_DO}")
     missing = [f"{k}/{n}" for k in range(n) if k not in by_k]
     failed = [f"{s.marker.shard[0]}/{n} ({s.folder})" for s in shards if not s.complete]
     if missing or failed or problems:
@@ -113,19 +413,21 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
             raise MergeError(f"refusing to write a partial class:{why}\nrerun those shards, or pass --allow-partial")
         print(f"writing a PARTIAL class (--allow-partial):{why}", flush=True)
     usable = sorted((s for s in by_k.values() if s.complete or allow_partial), key=lambda s: s.marker.shard[0])
-    ch = align.load_chapter(root / "solutions" / f"{first.chapter}.ipynb")
-    done: dict[str, StudentResult] = {}
+    manifests = {(s.folder / "submissions.csv").read_bytes() for s in usable if (s.folder / "submissions.csv").exists()}
+    if len(manifests) > 1:
+        raise MergeError("refusing to merge: the shards read different exports (their submissions.csv differ): "
+                         "grade every shard from the same zip or folder and roster")
+    roster_rows = submissions.read_roster(roster) if roster else None
+    if roster is not None and sha256_file(roster) != first.marker.roster_hash:
+        raise MergeError(f"refusing to merge: {roster} is not the roster the shards graded with: pass that one")
+    # nothing was written so far; from here on, only what the checks above let through
     for sub in ("results", "feedback", "logs"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     for s in usable:
         for student in s.students:
-            stem = submissions.file_stem(student)
-            r = results.load(s.folder / "results" / f"{stem}.json")
-            if r is None:
-                if s.complete:
-                    raise MergeError(f"{s.folder}: the result of {student} is missing or unreadable")
+            if student not in done:
                 continue
-            done[student] = r
+            stem = submissions.file_stem(student)
             files = (("results", f"{stem}.json"), ("feedback", f"{stem}.html"), ("logs", f"{stem}.kernel.log"))
             for sub, name in files:
                 if (s.folder / sub / name).exists():
@@ -134,17 +436,13 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
     logged = [log for log in (s.folder / "logs" / report.INSTRUCTOR_LOG for s in usable) if log.exists()]
     if logged:
         shutil.copyfile(logged[0], out_dir / "logs" / report.INSTRUCTOR_LOG)
-    manifests = {(s.folder / "submissions.csv").read_bytes() for s in usable if (s.folder / "submissions.csv").exists()}
-    if len(manifests) > 1:
-        raise MergeError("the shards read different exports (their submissions.csv differ): grade every shard from "
-                         "the same zip or folder and roster")
     ordered = [done[s] for s in sorted(done)]
-    report.write_class(out_dir, ch, ordered, None, submissions.read_roster(roster) if roster else None, lms,
-                       lms_assignment, manifest=next(iter(manifests), None))
+    report.write_class(out_dir, ch, ordered, None, roster_rows, lms, lms_assignment,
+                       manifest=next(iter(manifests), None))
     from autograder import gradebook
 
-    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.chapter, ordered, root / "solutions")
-    marker = Marker(first.chapter, (0, 1), first.grader_version, first.solution_hash,
-                    all(s.marker.sandboxed for s in usable))
-    write_marker(out_dir, marker, sorted(done), complete=not (missing or failed or problems))
+    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.marker.chapter, ordered, root / "solutions")
+    merged = Marker(**{f.name: getattr(first.marker, f.name) for f in fields(Marker) if f.name != "shard"},
+                    shard=(0, 1))
+    write_marker(out_dir, merged, sorted(done), complete=not (missing or failed or problems))
     return ordered

@@ -5,9 +5,18 @@ File names as course sites and Colab make them are understood: ``lastname_1234_5
 `` (1)``, ``alice.ipynb``, ``alice/01_rooflines.ipynb`` and deeper nesting (the nearest folder that is not a
 generic one names the student). The chapter comes from the notebook's content (its lines against each chapter's
 released notebook) when that is clear, else from the notebook's ``metadata.scalelib.chapter``, else from the
-file name. With a roster (CSV with a ``student`` column and optionally ``name``, ``id``,
-``email``, ``aliases`` separated by ``;``), a file belongs to the roster row that one of its name
-fragments or ids matches; files matching no row (or several) are *unmatched* and listed, never dropped.
+file name.
+
+**Who a file belongs to** is decided by what the student cannot choose: the uploader's folder (a course site's
+``name_uid_sid/`` folder, or a per-student folder of the export), else the course site's own prefix of a flat
+file name (``name_uid_sid_…``: the site writes it in front of whatever the student named the file). The
+uploader's folder is the first non-generic folder below the export's wrapper (leading folders every notebook of
+the export shares, such as ``Chapter 1 submissions/``; see :func:`export_wrapper`). Whatever
+lies inside that folder (file names, sub-folders, even ones written as another student's course-site name) was
+uploaded by that student and counts as theirs: a name inside a folder cannot claim another identity. With a
+roster (CSV with a ``student`` column and optionally ``name``, ``id``, ``email``, ``aliases`` separated by
+``;``), a file belongs to the roster row that one of those identity keys matches; files matching no row (or
+several) are *unmatched* and listed, never dropped.
 
 When a student has several files for the chapter, the latest wins: the newest modification time (the
 zip entry's timestamp inside a zip, the file's mtime in a folder), then the higher resubmission number,
@@ -95,15 +104,32 @@ def student_id(name: str) -> str:
     return " ".join(text.split()).strip(" .")
 
 
+_PLAIN_STEM = re.compile(r"[a-z0-9][a-z0-9._-]{0,99}")
+# names Windows reserves for devices, whatever the extension: never a plain stem (a share may be read from Windows)
+_RESERVED_STEMS = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+
+
 def file_stem(student: str) -> str:
-    """``student`` as a file name, one-to-one: kept as it is when it is plain (lower-case letters, digits and
-    ``._-``), otherwise a readable part plus a short hash, so ids differing in case, accents or punctuation
-    never share a file, even on a case-insensitive file system."""
-    text = unicodedata.normalize("NFC", student)
-    if re.fullmatch(r"[a-z0-9][a-z0-9._-]{0,99}", text):
-        return text
-    readable = re.sub(r"[^a-z0-9._-]+", "_", fold(text) or "student")[:60].strip("_.") or "student"
-    return f"{readable}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
+    """``student`` as a file name (``results/<stem>.json``, ``feedback/<stem>.html``), one-to-one by construction.
+
+    * A *plain* id (lower-case ASCII letters and digits, then also ``._-``, at most 100 characters, not a name
+      Windows reserves) is its own stem.
+    * Any other id becomes ``<readable>~<hash>``: a readable part (its letters and digits without accents,
+      at most 40) and the first 32 hex digits (128 bits) of the SHA-256 of the id's exact UTF-8 bytes.
+
+    Why two distinct ids never share a file: plain stems never contain ``~`` and hashed ones always do, so no
+    plain stem equals a hashed one (whatever an id is chosen to look like); plain stems are the ids themselves;
+    two hashed stems are equal only if their 128-bit hashes are (the readable part holds no ``~``, so the hash is
+    what follows the one ``~``), i.e. only for a SHA-256 collision. On a case-insensitive file system (macOS,
+    Windows) names that differ only in case are one file: every stem is made of ``[a-z0-9._~-]`` only, so
+    case-folding changes none of them and distinct stems stay distinct; nor does Unicode normalisation (macOS)
+    change ASCII. A stem never starts with ``.`` (no ``.``, ``..`` or hidden file) and is at most 100 characters.
+    """
+    if _PLAIN_STEM.fullmatch(student) and student.split(".")[0] not in _RESERVED_STEMS:
+        return student
+    readable = re.sub(r"[^a-z0-9]+", "", fold(student))[:40] or "student"
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{readable}~{digest}"
 
 
 def _strip_name(stem: str) -> tuple[str, int]:
@@ -128,36 +154,36 @@ def _chapter_in(text: str, chapters: list[str]) -> str | None:
     return None
 
 
-def parse_name(rel: Path, chapters: list[str]) -> tuple[str, list[str], int, str | None]:
-    """(student guess, match keys, resubmission number, chapter from the name)."""
+def parse_name(rel: Path, chapters: list[str], wrapper: int = 0) -> tuple[str, list[str], int, str | None]:
+    """(student guess, match keys, resubmission number, chapter from the name).
+
+    ``wrapper``: how many leading folders of ``rel`` are the export's own wrapper (see :func:`export_wrapper`).
+    The identity (guess and keys) comes from the uploader's folder when there is one, the first non-generic
+    folder below the wrapper, and only otherwise from the file name: a student names their files and the folders
+    inside their own, never the folder the export puts them in. The file name still gives the resubmission number
+    and the chapter.
+    """
     stem, resub = _strip_name(rel.stem)
-    keys: list[str] = []
     m = _COURSE_SITE.match(stem)
-    if m:
-        keys += [norm(m["name"]), m["uid"], m["sid"]]
+    if m:  # the site's prefix: 'name_uid_sid_' in front of what the student named the file
         rest, r2 = _strip_name(m["rest"])
         resub = max(resub, r2)
         chapter = _chapter_in(rest, chapters) or _chapter_in(stem, chapters)
-        return m["name"], keys, resub, chapter
-    chapter = _chapter_in(stem, chapters)
-    own = stem
-    if chapter:
-        own = re.sub(re.escape(chapter), "", own, flags=re.IGNORECASE)
-    own = own.strip(" _-.")
-    dirs = [d for d in reversed(rel.parts[:-1]) if d.lower() not in _GENERIC_DIRS]
-    if norm(own):
-        keys.append(norm(own))
-        student = own
+        student, keys = m["name"], [norm(m["name"]), m["uid"], m["sid"]]
     else:
-        student = dirs[0] if dirs else ""
-    for d in dirs:
-        site = _COURSE_SITE_DIR.match(d)
+        chapter = _chapter_in(stem, chapters)
+        own = stem
+        if chapter:
+            own = re.sub(re.escape(chapter), "", own, flags=re.IGNORECASE)
+        own = own.strip(" _-.")
+        student, keys = own, [norm(own)]
+    folders = [d for d in rel.parts[wrapper:-1] if d.lower() not in _GENERIC_DIRS]
+    if folders:  # the uploader's folder decides; nothing inside it can claim another identity
+        site = _COURSE_SITE_DIR.match(folders[0])
         if site:  # a course site's per-student folder: 'patel_1006_5006/Copy of 04_transformers.ipynb'
-            keys += [norm(site["name"]), site["uid"], site["sid"]]
-            if student == d:
-                student = site["name"]
+            student, keys = site["name"], [norm(site["name"]), site["uid"], site["sid"]]
         else:
-            keys.append(norm(d))
+            student, keys = folders[0], [norm(folders[0])]
     return student, [k for k in keys if k], resub, chapter
 
 
@@ -248,6 +274,31 @@ def content_chapter(nb: dict, signatures: dict[str, frozenset[str]]) -> str | No
     if best >= _MIN_SIGNATURE_LINES and best >= _SIGNATURE_MARGIN * runner_up:
         return chapter
     return None
+
+
+def export_wrapper(rels: list[Path], chapters: list[str] | None = None) -> int:
+    """How many leading folders are the export's wrapper (``Chapter 1 submissions/``) rather than a student's.
+
+    The folders every notebook's path starts with, never a course site's per-student folder (``name_uid_sid``),
+    and never a file's last folder while the files are not all in one folder (``w/alice/x``, ``w/alice/sub/y``:
+    ``alice`` stays). When every notebook is in the same folder, it is a wrapper of flat files only if their names
+    show at least two students (``w/adams_1_2_….ipynb``, ``w/brown_3_4_….ipynb``); otherwise it is one student's
+    folder, and its outermost folder is the uploader's. (An export holding one student's folder alone cannot
+    show which of its folders is the student's: the outermost is taken, so no name inside can claim another.)
+    """
+    dirs = [rel.parts[:-1] for rel in rels]
+    if not dirs:
+        return 0
+    depth = 0
+    while (all(len(d) > depth for d in dirs) and len({d[depth] for d in dirs}) == 1
+           and not _COURSE_SITE_DIR.match(dirs[0][depth])):
+        depth += 1
+    if len(set(dirs)) == 1:
+        if depth < len(dirs[0]):  # stopped at a course site's per-student folder
+            return depth
+        owners = {norm(parse_name(Path(rel.name), chapters or [])[0]) for rel in rels} - {""}
+        return depth if len(owners) >= 2 else 0
+    return max(0, min(depth, min(len(d) for d in dirs) - 1))
 
 
 def notebook_chapter(path: Path, max_bytes: int = UnpackLimits.max_file_bytes,
@@ -448,6 +499,13 @@ def _roster_match(keys: list[str], exact: dict[str, set[str]], folded: dict[str,
     return hits
 
 
+def _is_notebook(path: Path, folder: Path) -> bool:
+    """A file :func:`collect` reads as a submission (not a link, hidden or system file, or other kind of file)."""
+    rel = path.relative_to(folder)
+    return (not path.is_symlink() and path.suffix.lower() == ".ipynb" and path.is_file()
+            and not any(part.startswith(".") or part == "__MACOSX" for part in rel.parts))
+
+
 def _listing(folder: Path, problems: list[tuple[str, str]]) -> list[Path]:
     """Every entry under ``folder`` but its folders (links to folders included, not followed), in sorted order; a
     folder that cannot be listed is a row of ``problems``."""
@@ -477,6 +535,7 @@ class _Intake:
     chapters: list[str]
     signatures: dict[str, frozenset[str]]
     times: dict[str, float]
+    wrapper: int = 0  # leading folders that wrap the whole export (see export_wrapper)
     copied_bytes: int = 0
 
 
@@ -511,7 +570,7 @@ def _examine(path: Path, n: int, intake: _Intake) -> Candidate | tuple[str, str]
         intake.copied_bytes += len(data)
     if not invalid:
         own_chapter, invalid, from_content = parse_notebook(data, intake.signatures)
-    student, keys, resub, name_chapter = parse_name(rel, intake.chapters)
+    student, keys, resub, name_chapter = parse_name(rel, intake.chapters, intake.wrapper)
     chapter, chapter_from = ((from_content, "content") if from_content else (own_chapter, "notebook") if own_chapter
                              else (name_chapter, "file name") if name_chapter else (None, ""))
     return Candidate(copy, shown, intake.times.get(str(rel), st.st_mtime), resub, keys, student, chapter,
@@ -537,7 +596,10 @@ def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, rost
     copies.mkdir(parents=True, exist_ok=True)
     intake = _Intake(unpacked.folder, unpacked.owned, copies, limits, chapters,
                      chapter_signatures(Path(released or _RELEASED), tuple(chapters)), unpacked.times)
-    for n, path in enumerate(_listing(unpacked.folder, out.skipped)):
+    listing = _listing(unpacked.folder, out.skipped)
+    intake.wrapper = export_wrapper([p.relative_to(unpacked.folder) for p in listing
+                                     if _is_notebook(p, unpacked.folder)], chapters)
+    for n, path in enumerate(listing):
         shown = printable(os.path.relpath(path, unpacked.folder))
         try:
             found = _examine(path, n, intake)

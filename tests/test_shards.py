@@ -8,6 +8,7 @@ byte for byte the same.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import nbformat
 import pytest
 import yaml
 
-from autograder import course, grade, shards
+from autograder import course, grade, shards, submissions
 from autograder.shards import MergeError
 from tests.notebook_answers import answered, delegating
 
@@ -28,13 +29,18 @@ pytestmark = pytest.mark.grading
 
 CH = "06_training_llama3"
 DEPLOY = course.ROOT / "autograder" / "deploy"
-ROSTER = """student,name,id,sis_id,login,section
+# Before issue 19 an id that is not plain ASCII became 'readable part-10 hex digits', itself a plain id: a student
+# with this id shared zoë's results/ and feedback/ files (and a merge kept one of the two).
+ZOE_OLD_STEM = "zoe-" + hashlib.sha256("zoë".encode()).hexdigest()[:10]
+ROSTER = f"""student,name,id,sis_id,login,section
 alice,Alice Adams,101,S-101,aadams,A
 bob,Bob Brown,102,S-102,bbrown,A
 dora,Dora Dele,103,S-103,ddele,B
 zoë,Zoë Zed,104,S-104,zzed,B
 gina,Gina Gone,105,S-105,ggone,B
+{ZOE_OLD_STEM},Zoe Stem,106,S-106,zstem,B
 """
+CLASS = {"alice", "bob", "dora", "zoë", "gina", ZOE_OLD_STEM}
 
 
 def _slurm(script: str, env: dict[str, str]) -> None:
@@ -82,7 +88,7 @@ def test_two_shards_merged_equal_one_run_byte_for_byte(classes):
     one, two = _files(single), _files(merged)
     assert set(one) == set(two)
     assert {"grades.csv", "grades_long.csv", "submissions.csv", "canvas.csv", "shard.json"} <= set(one)
-    assert len([f for f in one if f.startswith("feedback/")]) == 5
+    assert len([f for f in one if f.startswith("feedback/")]) == len(CLASS)
     for name in one:
         assert one[name] == two[name], name
     for path in (single / "results").glob("*.json"):  # the same results, apart from how long each took
@@ -95,14 +101,15 @@ def test_the_shards_split_the_class_and_the_gradebook_holds_it(classes):
     single, sharded, _ = classes
     parts = [set(json.loads((sharded / f"shard-{k}" / "shard.json").read_text())["students"]) for k in (0, 1)]
     assert parts[0] and parts[1] and not parts[0] & parts[1]
-    assert parts[0] | parts[1] == {"alice", "bob", "dora", "zoë", "gina"}
+    assert parts[0] | parts[1] == CLASS
     assert all(shards.shard_of(s, 2) == k for k, part in enumerate(parts) for s in part)
     from nbgrader.api import Gradebook
 
     scores = []
     for folder in (single, sharded / "class"):
         with Gradebook(f"sqlite:///{folder / 'nbgrader' / 'gradebook.db'}") as gb:
-            scores.append({s.id: gb.find_submission(CH, s.id).score for s in gb.students if s.id != "gina"})
+            scores.append({s.id: gb.find_submission(CH, s.id).score for s in gb.students
+                           if s.id not in ("gina", ZOE_OLD_STEM)})
     assert scores[0] == scores[1] and scores[0]["alice"] > 0
 
 
@@ -123,6 +130,150 @@ def test_a_missing_or_failed_shard_is_named_and_nothing_partial_is_written(class
     assert json.loads((tmp / "partial" / "shard.json").read_text())["complete"] is False
 
 
+def test_two_ids_that_used_to_share_a_file_keep_their_own_files_after_a_merge(classes):
+    """Issue 19, class 5: zoë and the student whose id is zoë's old file stem each keep a result and a page."""
+    _, sharded, _ = classes
+    merged = sharded / "class"
+    rows = {r["student"]: r for r in csv.DictReader((merged / "grades.csv").open(encoding="utf-8"))}
+    assert set(rows) == CLASS
+    assert float(rows["zoë"]["score"]) > 0 and rows[ZOE_OLD_STEM]["status"] == "missing"
+    stems = {s: submissions.file_stem(s) for s in ("zoë", ZOE_OLD_STEM)}
+    assert len(set(stems.values())) == 2
+    for student, stem in stems.items():
+        assert json.loads((merged / "results" / f"{stem}.json").read_text(encoding="utf-8"))["student"] == student
+        page = (merged / "feedback" / f"{stem}.html").read_text(encoding="utf-8")
+        assert f"<title>{CH}: {student}</title>" in page
+    assert len(list((merged / "feedback").glob("*.html"))) == len(CLASS)
+
+
+# Issue 19, class 7: merge checks what the shards wrote. Each test tampers with a copy of an honest shard's output.
+
+
+def _shard(sharded: Path, tmp: Path, k: int, name: str) -> Path:
+    copy = tmp / "tampered" / name
+    shutil.copytree(sharded / f"shard-{k}", copy)
+    return copy
+
+
+def _marker(folder: Path) -> dict:
+    return json.loads((folder / "shard.json").read_text(encoding="utf-8"))
+
+
+def _set_marker(folder: Path, data: dict) -> None:
+    (folder / "shard.json").write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _refused(folders: list[Path], out: Path, *expected: str) -> str:
+    """merge refuses, its message holds every ``expected`` text and says what to do, and nothing is written."""
+    with pytest.raises(MergeError) as err:
+        shards.merge(folders, out)
+    text = str(err.value)
+    for part in expected:
+        assert part in text, text
+    assert "grade again" in text or "rerun" in text, text
+    assert not out.exists()
+    return text
+
+
+def _other(sharded: Path, k: int) -> Path:
+    return sharded / f"shard-{1 - k}"
+
+
+def test_merge_refuses_an_edited_score(classes):
+    _, sharded, tmp = classes
+    k = shards.shard_of("bob", 2)
+    stem = submissions.file_stem("bob")
+    for how in ("score only", "score and exercise"):
+        copy = _shard(sharded, tmp, k, f"score-{how}")
+        path = copy / "results" / f"{stem}.json"
+        r = json.loads(path.read_text(encoding="utf-8"))
+        assert r["score"] == 0  # bob's notebook is the untouched student notebook
+        eid = sorted(r["exercises"])[0]
+        r["score"] = 1.0
+        if how == "score and exercise":  # consistent with itself: only the shard's record shows it
+            r["exercises"][eid] = 1.0
+        path.write_text(json.dumps(r, indent=1, ensure_ascii=False), encoding="utf-8")
+        folders = sorted([copy, _other(sharded, k)], key=lambda f: _marker(f)["shard"][0])
+        text = _refused(folders, tmp / "out-score", f"results/{stem}.json was changed after grading",
+                        f"shard {k}/2 ({copy})")
+        assert ("exercises add up to 0" in text) == (how == "score only"), text
+    copy = _shard(sharded, tmp, k, "page")  # the page a student reads, edited to show another score
+    page = copy / "feedback" / f"{stem}.html"
+    page.write_text(page.read_text(encoding="utf-8").replace("Score: <b>0 /", "Score: <b>9 /"), encoding="utf-8")
+    _refused(sorted([copy, _other(sharded, k)], key=lambda f: _marker(f)["shard"][0]), tmp / "out-score",
+             f"shard {k}/2 ({copy}): feedback/{stem}.html was changed after grading")
+
+
+def test_merge_refuses_a_student_listed_by_two_shards(classes):
+    _, sharded, tmp = classes
+    k = shards.shard_of("bob", 2)
+    copy = _shard(sharded, tmp, 1 - k, "bob-twice")
+    for sub, ext in (("results", "json"), ("feedback", "html")):  # bob's files too, and recorded: a careful edit
+        name = f"{submissions.file_stem('bob')}.{ext}"
+        shutil.copyfile(sharded / f"shard-{k}" / sub / name, copy / sub / name)
+    data = _marker(copy)
+    data["students"] = sorted([*data["students"], "bob"])
+    data["files"] = shards.files_digest(copy, data["students"])
+    _set_marker(copy, data)
+    _refused(sorted([copy, sharded / f"shard-{k}"], key=lambda f: _marker(f)["shard"][0]), tmp / "out-twice",
+             "student 'bob' is listed by shard 0/2", "and shard 1/2", f"lists 'bob', who belongs to shard {k}/2")
+
+
+def test_merge_refuses_a_shard_that_leaves_a_student_out(classes):
+    _, sharded, tmp = classes
+    k = shards.shard_of("alice", 2)
+    copy = _shard(sharded, tmp, k, "alice-left-out")
+    data = _marker(copy)
+    data["students"].remove("alice")
+    for name in shards.student_files("alice"):
+        (copy / name).unlink()
+        data["files"].pop(name)
+    _set_marker(copy, data)
+    _refused(sorted([copy, _other(sharded, k)], key=lambda f: _marker(f)["shard"][0]), tmp / "out-left",
+             f"shard {k}/2 ({copy}) leaves out 'alice', whom its K owns")
+
+
+def test_merge_refuses_shards_graded_under_different_limits(classes):
+    _, sharded, tmp = classes
+    copy = _shard(sharded, tmp, 1, "limits")
+    data = _marker(copy)
+    honest = data["limits"]["memory_mb"]
+    data["limits"]["memory_mb"] = honest // 2
+    _set_marker(copy, data)
+    _refused([sharded / "shard-0", copy], tmp / "out-limits", f"shard 1/2 ({copy}) is not a shard of the same run",
+             f"limit memory_mb: {honest} vs {honest // 2}")
+
+
+def test_merge_refuses_shards_of_different_exports_that_share_file_names(classes):
+    _, sharded, tmp = classes
+    k = shards.shard_of("zoë", 2)
+    copy = _shard(sharded, tmp, k, "other-export")
+    data = _marker(copy)
+    file = data["graded"]["zoë"]
+    other = hashlib.sha256(b"another export's notebook of the same name").hexdigest()
+    data["export"][file] = other  # what a shard that read another export with this file name records
+    _set_marker(copy, data)
+    text = _refused(sorted([copy, _other(sharded, k)], key=lambda f: _marker(f)["shard"][0]), tmp / "out-export",
+                    "is not a shard of the same run", f"export file {file!r}: content SHA-256")
+    assert other[:16] in text
+    # merged alone (the other shard lost), its zoë result is not of the file it says it read
+    with pytest.raises(MergeError, match=r"was not graded from 'zed_104_4_06_training_llama3.ipynb' as the shard read"):
+        shards.merge([copy], tmp / "out-export", allow_partial=True)
+    assert not (tmp / "out-export").exists()
+
+
+def test_merge_refuses_a_shard_whose_marker_was_copied_from_another(classes):
+    _, sharded, tmp = classes
+    copy = _shard(sharded, tmp, 1, "copied-marker")
+    shutil.copyfile(sharded / "shard-0" / "shard.json", copy / "shard.json")
+    zero = _marker(sharded / "shard-0")["students"]
+    _refused([copy, sharded / "shard-1"], tmp / "out-copied", f"shard 0/2 ({copy}): feedback/",
+             f"are missing ({2 * len(zero)} of its students' {2 * len(zero)} result and feedback files) (its shard.json "
+             "describes none of the files beside it: copied from another shard?)")
+    _refused([sharded / "shard-0", copy], tmp / "out-copied", "shard 0/2 given twice",
+             f"({copy}): feedback/")
+
+
 def test_canvas_and_long_csv_headers_and_values(classes):
     single, _, _ = classes
     grades = {r["student"]: r for r in csv.DictReader((single / "grades.csv").open(encoding="utf-8"))}
@@ -131,7 +282,7 @@ def test_canvas_and_long_csv_headers_and_values(classes):
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", CH]
     assert rows[1][0] == "Points Possible" and float(rows[1][5]) == float(grades["alice"]["max_score"])
     body = {r[1]: r for r in rows[2:]}
-    assert [r[1] for r in rows[2:]] == ["101", "102", "103", "104", "105"]  # roster order
+    assert [r[1] for r in rows[2:]] == ["101", "102", "103", "104", "105", "106"]  # roster order
     assert body["101"][:5] == ["Alice Adams", "101", "S-101", "aadams", "A"]
     for sid, student in (("101", "alice"), ("102", "bob"), ("103", "dora"), ("104", "zoë"), ("105", "gina")):
         assert body[sid][5] == grades[student]["score"]
@@ -139,7 +290,7 @@ def test_canvas_and_long_csv_headers_and_values(classes):
     long = list(csv.DictReader((single / "grades_long.csv").open(encoding="utf-8")))
     assert list(long[0]) == ["student", "chapter", "exercise", "title", "points", "max_points", "status"]
     exercises = [k for k in grades["alice"] if k.startswith("ch06-")]
-    assert len(long) == 5 * len(exercises)
+    assert len(long) == len(CLASS) * len(exercises)
     for row in long:
         assert row["points"] == grades[row["student"]][row["exercise"]] and row["title"].startswith("Exercise 6.")
     assert sum(float(r["max_points"]) for r in long if r["student"] == "bob") == float(grades["bob"]["max_score"])
