@@ -187,10 +187,12 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             page = out_dir / "feedback" / f"{stem}.html"
             if not page.exists():
                 report.write_feedback(page, chapter, r, ch)
-        report.write_class(out_dir, ch, ordered, mapping, submissions.read_roster(roster) if roster else None,
-                           lms, lms_assignment)
+        rows = submissions.read_roster(roster) if roster else None
+        report.write_class(out_dir, ch, ordered, mapping, rows, lms, lms_assignment)
         if book is not None:
-            say(f"nbgrader gradebook: {book.finish(ordered)} (`nbgrader export` / `nbgrader formgrader` there)")
+            graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
+            say(f"nbgrader gradebook: {book.finish(ordered, rows, graded)} (there: `nbgrader export`, or "
+                "`jupyter lab` for formgrader)")
         shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
             say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
@@ -205,7 +207,7 @@ class _Gradebook:
     def __init__(self, folder: Path, chapter: str, solutions: Path) -> None:
         from autograder import gradebook
 
-        self.folder, self.chapter, self.errors = folder, chapter, list[BaseException]()
+        self.folder, self.chapter, self.solutions, self.errors = folder, chapter, solutions, list[BaseException]()
         self._gradebook = gradebook
 
         def prepare() -> None:
@@ -217,11 +219,12 @@ class _Gradebook:
         self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
         self._thread.start()
 
-    def finish(self, ordered: list[StudentResult]) -> Path:
+    def finish(self, ordered: list[StudentResult], roster: list[dict[str, str]] | None,
+               submitted: dict[str, tuple[Path, float]]) -> Path:
         self._thread.join()
         if self.errors:
             raise RuntimeError(f"could not prepare the nbgrader gradebook in {self.folder}: {self.errors[0]}")
-        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered)
+        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered, roster, submitted, self.solutions)
 
 
 def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,

@@ -139,11 +139,11 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
         raise MergeError("the shards read different exports (their submissions.csv differ): grade every shard from "
                          "the same zip or folder and roster")
     ordered = [done[s] for s in sorted(done)]
-    report.write_class(out_dir, ch, ordered, None, submissions.read_roster(roster) if roster else None, lms,
-                       lms_assignment, manifest=next(iter(manifests), None))
+    rows = submissions.read_roster(roster) if roster else None
+    report.write_class(out_dir, ch, ordered, None, rows, lms, lms_assignment, manifest=next(iter(manifests), None))
     from autograder import gradebook
 
-    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.chapter, ordered, root / "solutions")
+    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.chapter, ordered, root / "solutions", rows)
     marker = Marker(first.chapter, (0, 1), first.grader_version, first.solution_hash,
                     all(s.marker.sandboxed for s in usable))
     write_marker(out_dir, marker, sorted(done), complete=not (missing or failed or problems))
