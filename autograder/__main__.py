@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade even where no OS sandbox is available (student code then runs as you)")
     gr.add_argument("--shard", help="K/N: grade only shard K of N of the class (join the outputs with `merge`)")
     lms_help = "also write canvas.csv for Canvas's gradebook import (needs --roster)"
-    gr.add_argument("--lms", choices=["canvas"], help=lms_help)
+    gr.add_argument("--lms", choices=["canvas", "gradescope"],
+                    help=lms_help + ", or gradescope/<student>/results.json in Gradescope's format")
     gr.add_argument("--lms-assignment", help="the assignment column for --lms, e.g. 'Chapter 1 (12345)' with Canvas's "
                                              "assignment id (default: the chapter's name)")
     mg = sub.add_parser("merge", help="join the outputs of `grade --shard K/N` runs into one class")

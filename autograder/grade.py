@@ -117,15 +117,17 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
     see :mod:`autograder.gradebook`), except in a shard: ``shard=(K, N)`` grades only the students whose id
     hashes to K of N (:func:`autograder.shards.shard_of`) and leaves the gradebook to ``merge``.
-    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv).
+    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv);
+    ``lms="gradescope"``: also Gradescope's results.json per submission (:mod:`autograder.lms`).
     ``unrestricted``: students whose kernels get all of scalelib; only for tests that prove a delegating answer
     would pass if it could reach the library (never for a class).
     """
     settings = course.settings(root)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
     os.environ[exercise.STRICT_ENV] = "1"
-    if lms not in (None, "canvas"):
-        raise SystemExit(f"--lms takes 'canvas', got {lms!r} (grades_long.csv is written for any other system)")
+    if lms not in (None, "canvas", "gradescope"):
+        raise SystemExit(f"--lms takes 'canvas' or 'gradescope', got {lms!r} (grades_long.csv is written for any "
+                         "other system)")
     if lms == "canvas" and roster is None:
         raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
                          "roster has (columns id, sis_id, login; see README)")
@@ -189,6 +191,10 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 report.write_feedback(page, chapter, r, ch)
         rows = submissions.read_roster(roster) if roster else None
         report.write_class(out_dir, ch, ordered, mapping, rows, lms, lms_assignment)
+        if lms == "gradescope":
+            from autograder import lms as platforms
+
+            platforms.write_gradescope(out_dir, ordered, ch)
         if book is not None:
             graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
             say(f"nbgrader gradebook: {book.finish(ordered, rows, graded)} (there: `nbgrader export`, or "
