@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -55,8 +56,10 @@ def platforms(tmp_path_factory):
         assert done.returncode == 0, done.stdout + done.stderr
         out[who] = (json.loads((gs / "autograder/results/results.json").read_text()),
                     json.loads((pl / "grade/results/results.json").read_text()))
-        shutil.copy(gs / "autograder/results/results.json", tmp / f"gradescope-{who}.json")
-        shutil.copy(pl / "grade/results/results.json", tmp / f"prairielearn-{who}.json")
+        keep = Path(tempfile.gettempdir()) / "lms-results"  # for people to read after the run
+        keep.mkdir(exist_ok=True)
+        shutil.copy(gs / "autograder/results/results.json", keep / f"gradescope-{who}.json")
+        shutil.copy(pl / "grade/results/results.json", keep / f"prairielearn-{who}.json")
     return out
 
 
