@@ -4,6 +4,7 @@
     python3 course.py lab    # make .venv, install scalelib + JupyterLab, open your copies of the chapters
     python3 course.py lab --port 8890 --no-browser   # anything after `lab` goes to JupyterLab
     python3 course.py test   # make .venv and .venv-floor, install the pinned test sets, run the whole suite
+    python3 course.py instructor   # make .venv with what release, grade and nbgrader's formgrader need (pinned)
 
 `test` runs two suites one after the other and fails if either fails:
   current: unit tests, book answers, grading end to end and every solution notebook in .venv, on
@@ -178,10 +179,27 @@ def lab(argv: list[str]) -> None:
     os.execv(cmd[0], cmd)
 
 
+INSTRUCTOR_NEXT = """The instructor's environment is ready in .venv (JupyterLab, nbgrader, the grader). Next:
+  .venv/bin/python -m autograder release          # chapters/ from solutions/
+  .venv/bin/python -m autograder grade SUBMISSIONS --chapter 01_rooflines --out grading-output
+  cd grading-output/nbgrader && ../../.venv/bin/jupyter lab    # nbgrader's formgrader: the Nbgrader menu
+See README.md, "For instructors"."""
+
+
+def instructor() -> int:
+    """The environment for release, check, grade, merge and nbgrader's formgrader: the course and instructor extras
+    at the versions CI tests (.ci/constraints.txt)."""
+    ensure_env(CURRENT, "course,instructor", pinned=True)
+    print(INSTRUCTOR_NEXT)
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("lab", "test"):
+    if not argv or argv[0] not in ("lab", "test", "instructor"):
         print(__doc__)
         return 2
+    if argv[0] == "instructor":
+        return instructor()
     if argv[0] == "lab":
         lab(argv[1:])
     return test(argv[1:])

@@ -14,10 +14,10 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     rel = sub.add_parser("release", help="regenerate chapters/ from solutions/")
     rel.add_argument("chapters", nargs="*", help="chapter names (default: all)")
-    rel.add_argument("--install-source", help="pip requirement the set-up cell installs in Colab "
-                                              "(default: pyproject's [tool.scalelib-course] install-source)")
-    chk = sub.add_parser("check", help="fail if chapters/ is out of date with solutions/")
-    chk.add_argument("--install-source", help="the install source the release used, if not pyproject's")
+    rel.add_argument("--install-source", help="pip requirement the set-up cell installs in Colab; stored as "
+                                              "pyproject's [tool.scalelib-course] install-source, which every later "
+                                              "release and check reads (commit pyproject.toml)")
+    sub.add_parser("check", help="fail if chapters/ is out of date with solutions/")
     gr = sub.add_parser("grade", help="grade a folder or zip of student notebooks")
     gr.add_argument("path", type=Path, help="folder or .zip of submitted notebooks")
     gr.add_argument("--chapter", required=True, help="e.g. 01_rooflines (or 01)")
@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="grade even where no OS sandbox is available (student code then runs as you)")
     gr.add_argument("--shard", help="K/N: grade only shard K of N of the class (join the outputs with `merge`)")
     lms_help = "also write canvas.csv for Canvas's gradebook import (needs --roster)"
-    gr.add_argument("--lms", choices=["canvas"], help=lms_help)
+    gr.add_argument("--lms", choices=["canvas", "gradescope"],
+                    help=lms_help + ", or gradescope/<student>/results.json in Gradescope's format")
     gr.add_argument("--lms-assignment", help="the assignment column for --lms, e.g. 'Chapter 1 (12345)' with Canvas's "
                                              "assignment id (default: the chapter's name)")
     mg = sub.add_parser("merge", help="join the outputs of `grade --shard K/N` runs into one class")
@@ -72,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     from autograder import release
 
     if args.command == "release":
-        source = course.settings().install_source if args.install_source is None else args.install_source
+        if args.install_source is not None and course.store_install_source(args.install_source):
+            print(f"stored install-source = {args.install_source.strip()!r} in pyproject.toml "
+                  "([tool.scalelib-course]); commit it with chapters/")
+        source = course.settings().install_source
         release.warn_if_unconfigured(source)
         names = [course.resolve_chapter(c) for c in args.chapters] or None
         try:
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         release.warn_if_unconfigured(source)  # again, below the list, where it is seen
         return 0
     if args.command == "check":
-        problems = release.check(install_source=args.install_source)
+        problems = release.check()
         if problems:
             for p in problems:
                 print(f"{p.chapter}: {p.reason}", file=sys.stderr)

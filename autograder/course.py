@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,11 @@ class Settings:
 
 
 def settings(root: Path = ROOT) -> Settings:
-    data = tomllib.loads((root / "pyproject.toml").read_text())
+    return settings_from_text((root / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def settings_from_text(text: str) -> Settings:
+    data = tomllib.loads(text)
     own = data.get("tool", {}).get("scalelib-course", {})
     try:
         return Settings(install_source=str(own["install-source"]).strip(),
@@ -42,6 +47,33 @@ def settings(root: Path = ROOT) -> Settings:
             "Colab set-up cell should install, e.g. install-source = \"scalelib @ git+https://...@main\" "
             "(or install-source = \"\" to leave it unset)"
         ) from None
+
+
+_INSTALL_SOURCE_LINE = re.compile(r'^install-source\s*=\s*"[^"\n]*"[ \t]*$', re.MULTILINE)
+
+
+def store_install_source(value: str, root: Path = ROOT) -> bool:
+    """Write ``value`` as pyproject's ``[tool.scalelib-course] install-source``, the one place ``release``, a partial
+    ``release`` and ``check`` read it from; returns whether the file changed. Commit pyproject.toml with chapters/."""
+    value = value.strip()
+    if any(c in value for c in '"\\\n\r'):
+        raise SystemExit(f"install source {value!r} must not contain quotes, backslashes or line breaks")
+    path = root / "pyproject.toml"
+    text = path.read_text(encoding="utf-8")
+    start = text.find("[tool.scalelib-course]")
+    end = text.find("\n[", start + 1) if start >= 0 else -1
+    section = text[start:] if end < 0 else text[start:end]
+    if start < 0 or len(_INSTALL_SOURCE_LINE.findall(section)) != 1:
+        raise SystemExit(f"{path}: cannot store the install source: [tool.scalelib-course] needs exactly one line "
+                         'install-source = "..." (add it, e.g. install-source = "")')
+    new_section = _INSTALL_SOURCE_LINE.sub(lambda _: f'install-source = "{value}"', section)
+    new = text[:start] + new_section + text[start + len(section):]
+    if new == text:
+        return False
+    if settings_from_text(new).install_source != value:  # what every reader will see
+        raise SystemExit(f"{path}: storing the install source did not give {value!r}; edit the file by hand")
+    path.write_text(new, encoding="utf-8")
+    return True
 
 
 def chapter_names(root: Path = ROOT) -> list[str]:

@@ -120,15 +120,17 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     The results also go into the nbgrader gradebook of ``nbgrader_dir`` (default ``out_dir/nbgrader``;
     see :mod:`autograder.gradebook`), except in a shard: ``shard=(K, N)`` grades only the students whose id
     hashes to K of N (:func:`autograder.shards.shard_of`) and leaves the gradebook to ``merge``.
-    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv).
+    ``lms="canvas"``: also a CSV for Canvas's gradebook import (needs ``roster``; see report.write_canvas_csv);
+    ``lms="gradescope"``: also Gradescope's results.json per submission (:mod:`autograder.lms`).
     ``unrestricted``: students whose kernels get all of scalelib; only for tests that prove a delegating answer
     would pass if it could reach the library (never for a class).
     """
     settings = course.settings(root)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
     os.environ[exercise.STRICT_ENV] = "1"
-    if lms not in (None, "canvas"):
-        raise SystemExit(f"--lms takes 'canvas', got {lms!r} (grades_long.csv is written for any other system)")
+    if lms not in (None, "canvas", "gradescope"):
+        raise SystemExit(f"--lms takes 'canvas' or 'gradescope', got {lms!r} (grades_long.csv is written for any "
+                         "other system)")
     if lms == "canvas" and roster is None:
         raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
                          "roster has (columns id, sis_id, login; see README)")
@@ -210,10 +212,16 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             page = out_dir / "feedback" / f"{stem}.html"
             if not page.exists():
                 report.write_feedback(page, chapter, r, ch)
-        report.write_class(out_dir, ch, ordered, mapping, submissions.read_roster(roster) if roster else None,
-                           lms, lms_assignment)
+        rows = submissions.read_roster(roster) if roster else None
+        report.write_class(out_dir, ch, ordered, mapping, rows, lms, lms_assignment)
+        if lms == "gradescope":
+            from autograder import lms as platforms
+
+            platforms.write_gradescope(out_dir, ordered, ch)
         if book is not None:
-            say(f"nbgrader gradebook: {book.finish(ordered)} (`nbgrader export` / `nbgrader formgrader` there)")
+            graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
+            say(f"nbgrader gradebook: {book.finish(ordered, rows, graded)} (there: `nbgrader export`, or "
+                "`jupyter lab` for formgrader)")
         shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
             say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
@@ -239,7 +247,7 @@ class _Gradebook:
     def __init__(self, folder: Path, chapter: str, solutions: Path) -> None:
         from autograder import gradebook
 
-        self.folder, self.chapter, self.errors = folder, chapter, list[BaseException]()
+        self.folder, self.chapter, self.solutions, self.errors = folder, chapter, solutions, list[BaseException]()
         self._gradebook = gradebook
 
         def prepare() -> None:
@@ -251,11 +259,12 @@ class _Gradebook:
         self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
         self._thread.start()
 
-    def finish(self, ordered: list[StudentResult]) -> Path:
+    def finish(self, ordered: list[StudentResult], roster: list[dict[str, str]] | None,
+               submitted: dict[str, tuple[Path, float]]) -> Path:
         self._thread.join()
         if self.errors:
             raise RuntimeError(f"could not prepare the nbgrader gradebook in {self.folder}: {self.errors[0]}")
-        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered)
+        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered, roster, submitted, self.solutions)
 
 
 def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,

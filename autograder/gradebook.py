@@ -1,32 +1,47 @@
-"""Write grading results into an nbgrader gradebook, so formgrader and ``nbgrader export`` see them.
+"""Write grading results into an nbgrader course folder, so formgrader and ``nbgrader export`` show them.
 
-Our grader keeps its own record (``results/*.json``, ``grades.csv``); this module mirrors it into the
-database nbgrader's tools read. The course directory (default ``<out>/nbgrader``) gets the chapter as an
-nbgrader assignment (``source/`` and ``release/`` through ``generate_assignment``, the grade cells in
-``gradebook.db``) and a ``nbgrader_config.py`` pointing at that database, so an instructor can run
+Our grader keeps its own record (``results/*.json``, ``grades.csv``); this module mirrors it into what nbgrader's
+tools read. The course folder (default ``<out>/nbgrader``) gets the chapter as an nbgrader assignment
+(``source/`` and ``release/`` through ``generate_assignment``, the grade cells in ``gradebook.db``), a writable
+exchange folder, and a ``nbgrader_config.py`` naming them all, so an instructor runs, inside that folder,
 
-    cd grading-output/nbgrader && nbgrader export      # or: nbgrader formgrader
+    nbgrader export                 # gradebook.db to grades.csv
+    jupyter lab                     # formgrader: the Nbgrader menu, or /formgrader (`jupyter server` serves it too)
 
-Per student: a ``Student`` row (roster students without a file too, so ``export`` gives them 0), a
-submission, and one ``Grade`` per test cell with ``auto_score`` set to our points. Like nbgrader's own
-autograde, a manual score an instructor already entered is kept and the cell is flagged for review. The
-reason an exercise lost its points goes into the comment of its answer cell. Re-running updates the rows
-in place; nothing here runs student code.
+Per student: a ``Student`` row with the roster's name and email (roster students without a file too, so
+``export`` gives them 0), and, for each submission, nbgrader's own layout: the notebook as submitted in
+``submitted/<student>/<chapter>/`` and a graded copy in ``autograded/<student>/<chapter>/`` (the released
+notebook, its cells' ids and nbgrader metadata as in the gradebook, each answer cell holding the student's code
+and each test cell's output saying what our grader found), both with the submission's ``timestamp.txt``; then
+one ``Grade`` per test cell with ``auto_score`` set to our points. Like nbgrader's own autograde, a manual score an
+instructor already entered is kept and the cell is flagged for review. The reason an exercise lost its points goes
+into the comment of its answer cell. Re-running updates the rows in place; nothing here runs student code. The
+graded copy holds only what the student's feedback page shows: the visible part of each test, never the hidden one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from autograder import nbgrader_course
+from autograder import align, nbgrader_course, report
 from autograder.course import SOLUTIONS
 
+if TYPE_CHECKING:
+    from autograder.results import StudentResult
+
+COURSE_ID = "scalelib-course"
 CONFIG = '''# Written by `python -m autograder grade`: the nbgrader course these grades live in.
+# Start formgrader here: `jupyter lab` (Nbgrader menu > Formgrader) or `jupyter server`, then open /formgrader.
 c = get_config()  # noqa: F821
 c.CourseDirectory.root = {root!r}
+c.CourseDirectory.course_id = {course_id!r}
 c.CourseDirectory.db_url = {db_url!r}
-c.Exchange.root = {exchange!r}
+c.Exchange.root = {exchange!r}  # inside the course folder, so it exists and is writable
 '''
 
 
@@ -63,35 +78,83 @@ def prepare(course_dir: Path, chapter: str, solutions: Path = SOLUTIONS) -> Path
     _alembic_head_in_process()
     course_dir = Path(course_dir).resolve()
     course_dir.mkdir(parents=True, exist_ok=True)
+    (course_dir / "exchange").mkdir(exist_ok=True)
     (course_dir / "nbgrader_config.py").write_text(
-        CONFIG.format(root=str(course_dir), db_url=db_url(course_dir), exchange=str(course_dir / "exchange")),
+        CONFIG.format(root=str(course_dir), course_id=COURSE_ID, db_url=db_url(course_dir),
+                      exchange=str(course_dir / "exchange")),
         encoding="utf-8")
     nbgrader_course.generate(course_dir, chapter, solutions)  # the assignment and its grade cells
     return course_dir
 
 
-def write(course_dir: Path, chapter: str, results: Iterable, solutions: Path = SOLUTIONS) -> Path:
-    """Mirror ``results`` (``grade.StudentResult``s of one chapter) into ``course_dir/gradebook.db``."""
-    return record(prepare(course_dir, chapter, solutions), chapter, results)
+def write(course_dir: Path, chapter: str, results: Iterable, solutions: Path = SOLUTIONS,
+          roster: list[dict[str, str]] | None = None,
+          submitted: Mapping[str, tuple[Path, float]] | None = None) -> Path:
+    """Mirror ``results`` (``grade.StudentResult``s of one chapter) into ``course_dir``: see :func:`record`."""
+    return record(prepare(course_dir, chapter, solutions), chapter, results, roster, submitted, solutions)
 
 
-def record(course_dir: Path, chapter: str, results: Iterable) -> Path:
-    """Student rows into a course folder :func:`prepare` made."""
+def split_name(name: str) -> tuple[str, str]:
+    """(first, last) from a roster name: "Last, First" as Canvas writes it, else "First ... Last"."""
+    name = " ".join(name.split())
+    if "," in name:
+        last, first = (part.strip() for part in name.split(",", 1))
+        return first, last
+    first, _, last = name.rpartition(" ")
+    return (first, last) if first else ("", last)
+
+
+def _student(gb: Any, student: str, row: dict[str, str] | None) -> None:
+    """The student's row with what formgrader shows: the roster's name and email; a student off the roster keeps
+    the name it has, else gets the id as last name (nbgrader shows a missing name as "None, None")."""
+    if row is not None:
+        first, last = split_name(row.get("name", ""))
+        gb.update_or_create_student(student, first_name=first, last_name=last or student,
+                                    email=row.get("email") or None)
+        return
+    s = gb.update_or_create_student(student)
+    if s.last_name is None and s.first_name is None:
+        s.first_name, s.last_name = "", student
+
+
+def timestamp_text(mtime: float) -> str:
+    """A submission's time as nbgrader's timestamp.txt holds it (UTC)."""
+    return datetime.fromtimestamp(mtime, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+
+
+def record(course_dir: Path, chapter: str, results: Iterable, roster: list[dict[str, str]] | None = None,
+           submitted: Mapping[str, tuple[Path, float]] | None = None, solutions: Path = SOLUTIONS) -> Path:
+    """Student rows into a course folder :func:`prepare` made; with ``submitted`` (student -> the notebook graded
+    and its time), that notebook under ``submitted/`` and a graded copy under ``autograded/``, where formgrader
+    opens it."""
     from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.utils import parse_utc
 
+    results = list(results)
+    rows = {r["student"]: r for r in roster or []}
+    submitted = submitted or {}
+    ch = align.load_chapter(solutions / f"{chapter}.ipynb") if submitted else None
+    released = course_dir / "release" / chapter / f"{chapter}.ipynb"
     with Gradebook(db_url(course_dir)) as gb:
         assignment = gb.find_assignment(chapter)
         grade_cells = {c.name for nb in assignment.notebooks for c in nb.grade_cells}
         solution_cells = {c.name for nb in assignment.notebooks for c in nb.solution_cells}
         for r in results:
-            gb.update_or_create_student(r.student)
+            _student(gb, r.student, rows.get(r.student))
             if r.status == "missing":
                 continue
+            stamp = None
+            if r.student in submitted and ch is not None:
+                path, mtime = submitted[r.student]
+                stamp = timestamp_text(mtime)
+                _write_notebooks(course_dir, chapter, r, ch, released, path, stamp)
             try:
-                gb.find_submission(chapter, r.student)
+                sub = gb.find_submission(chapter, r.student)
             except MissingEntry:
                 with gb.db.no_autoflush:  # nbgrader builds the rows before adding them (SQLAlchemy warns otherwise)
-                    gb.add_submission(chapter, r.student)
+                    sub = gb.add_submission(chapter, r.student)
+            if stamp is not None:
+                sub.timestamp = parse_utc(stamp)  # formgrader lists a submission whose times agree
             for eid, points in r.exercises.items():
                 if eid not in grade_cells:
                     raise ValueError(f"exercise {eid} has no grade cell in nbgrader's copy of {chapter}; "
@@ -102,9 +165,73 @@ def record(course_dir: Path, chapter: str, results: Iterable) -> Path:
                 answer = f"{eid}-answer"
                 if answer in solution_cells:
                     c = gb.find_comment(answer, chapter, chapter, r.student)
-                    why = r.messages.get(eid, "")
-                    if r.status not in ("graded", "partially graded"):
-                        why = why if why else f"{r.status}: {r.detail}"
-                    c.auto_comment = why[:2000] or None
+                    c.auto_comment = _why(r, eid)[:2000] or None
         gb.db.commit()
     return course_dir / "gradebook.db"
+
+
+def _why(r: StudentResult, eid: str) -> str:
+    why = r.messages.get(eid, "")
+    if r.status not in ("graded", "partially graded"):
+        why = why if why else f"{r.status}: {r.detail}"
+    return why
+
+
+def _write_notebooks(course_dir: Path, chapter: str, r: StudentResult, ch: align.Chapter, released: Path,
+                     path: Path, stamp: str) -> None:
+    """submitted/<student>/<chapter>/ (the file as graded) and autograded/<student>/<chapter>/ (the graded copy)."""
+    kinds = ("submitted", "autograded")
+    if any((course_dir / k / r.student / chapter).resolve().parent.parent != (course_dir / k).resolve() for k in kinds):
+        return  # an id like ".." names no folder of its own: the grades are in the gradebook, the notebooks are not
+    for kind in kinds:
+        folder = course_dir / kind / r.student / chapter
+        folder.mkdir(parents=True, exist_ok=True)
+        report.atomic_write(folder / "timestamp.txt", stamp + "\n")
+    data = path.read_bytes()
+    target = course_dir / "submitted" / r.student / chapter / f"{chapter}.ipynb"
+    target.write_bytes(data)
+    report.atomic_write(course_dir / "autograded" / r.student / chapter / f"{chapter}.ipynb",
+                        json.dumps(graded_copy(json.loads(released.read_text(encoding="utf-8")), r, ch, data),
+                                   indent=1, ensure_ascii=False) + "\n")
+
+
+def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission: bytes) -> dict:
+    """The released notebook (cell ids and nbgrader metadata as the gradebook knows them) with the student's answer
+    in each answer cell (their helper cells before it) and, on each test cell, what our grader found. Nothing
+    runs; a submission that cannot be read leaves the stubs and says why."""
+    nb = copy.deepcopy(released)
+    try:
+        cells = json.loads(submission.decode("utf-8")).get("cells", [])
+        plan = align.plan(cells if isinstance(cells, list) else [], ch)
+        unread = ""
+    except (ValueError, UnicodeDecodeError, AttributeError, RecursionError, align.AlignTimeout) as err:
+        plan, unread = align.Plan(), f" (the notebook could not be read: {type(err).__name__})"
+    note = (f"**Graded by the course's autograder**: {r.score:g} / {r.max_score:g}, status *{r.status}*"
+            f"{': ' + r.detail if r.detail else ''}{unread}. Answer cells hold the student's code as graded; each "
+            "test cell's output says what the grader found (the hidden part of each test is not shown here).")
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if cell.get("cell_type") != "code":
+            continue
+        cell["execution_count"] = None
+        cell["outputs"] = []
+        if meta.get("solution") and gid.endswith("-answer"):
+            eid = gid[: -len("-answer")]
+            if eid in plan.answers:
+                cell["source"] = "\n\n".join([*plan.helpers.get(eid, []), plan.answers[eid]])
+        elif meta.get("grade") and gid in ch.exercises:
+            got, points = r.exercises.get(gid, 0.0), ch.exercises[gid].points
+            text = f"{got:g} / {points:g} points: "
+            if got == points and points > 0:
+                text += "all checks passed"
+            else:
+                text += _why(r, gid) or "no points"
+                printed = r.outputs.get(gid, "").strip()
+                if printed:
+                    text += f"\n\nthe test printed:\n{printed}"
+            cell["outputs"] = [{"output_type": "stream", "name": "stdout" if got == points else "stderr",
+                                "text": text + "\n"}]
+    nb["cells"].insert(0, {"cell_type": "markdown", "id": "scalelib-autograder-summary", "metadata": {},
+                           "source": note})
+    return nb

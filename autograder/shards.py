@@ -441,7 +441,8 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
                        manifest=next(iter(manifests), None))
     from autograder import gradebook
 
-    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.marker.chapter, ordered, root / "solutions")
+    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.marker.chapter, ordered, root / "solutions",
+                    roster_rows)
     merged = Marker(**{f.name: getattr(first.marker, f.name) for f in fields(Marker) if f.name != "shard"},
                     shard=(0, 1))
     write_marker(out_dir, merged, sorted(done), complete=not (missing or failed or problems))

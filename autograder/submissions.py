@@ -445,20 +445,54 @@ def unpack(source: Path, workdir: Path, limits: UnpackLimits | None = None) -> U
 
 
 _ROSTER_SYNONYMS = {"sis user id": "sis_id", "sis login id": "login", "user id": "user_id", "login id": "login"}
+CANVAS_EXPORT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+
+
+def _canvas_export(header: list[str]) -> bool:
+    """Canvas's own gradebook export: it starts with Student, ID, then SIS columns, and has no id column of ours."""
+    names = [h.strip() for h in header]
+    return names[:2] == ["Student", "ID"] and "SIS Login ID" in names and "student" not in names
+
+
+def _canvas_placeholder(row: dict[str, str]) -> bool:
+    """Rows of a Canvas export that are not students: "Points Possible", and the "Manual Posting" (formerly
+    "Muted") row with an empty Student and ID."""
+    who = row.get("name", "")
+    return who.casefold() == "points possible" or not (who or row.get("id"))
 
 
 def read_roster(path: Path) -> list[dict[str, str]]:
     """Roster rows with lower-case column names (Canvas's 'SIS User ID' and 'SIS Login ID' become
-    ``sis_id`` and ``login``); the ``student`` column is required and must be unique."""
+    ``sis_id`` and ``login``); the ``student`` column is required and must be unique.
+
+    Canvas's gradebook export is read as Canvas writes it: its "Student" column (the name, "Last, First") becomes
+    ``name``, the student's id is the SIS Login ID (else the SIS User ID, else Canvas's ID), and its rows that are
+    not students ("Points Possible", "Manual Posting"/"Muted") are left out.
+    """
     with path.open(newline="", encoding="utf-8-sig") as f:
-        rows = [{_ROSTER_SYNONYMS.get(k, k): v for k, v in
-                 (((k or "").strip().lower(), (v or "").strip()) for k, v in row.items())} for row in csv.DictReader(f)]
-    if not rows or "student" not in rows[0]:
+        reader = csv.reader(f)
+        header = next(reader, [])
+        canvas = _canvas_export(header)
+        keys = [_ROSTER_SYNONYMS.get(k, k) for k in (h.strip().lower() for h in header)]
+        if canvas:
+            keys[0] = "name"
+        rows = [{k: (v or "").strip() for k, v in zip(keys, values) if k}
+                for values in reader if any(v.strip() for v in values)]
+    if canvas:
+        rows = [r for r in rows if not _canvas_placeholder(r)]
+        for r in rows:
+            r["student"] = r.get("login") or r.get("sis_id") or r.get("id", "")
+            if not r["student"]:
+                raise SystemExit(f"{path}: Canvas's export has a row without SIS Login ID, SIS User ID or ID "
+                                 f"({r.get('name')!r}); export the gradebook again or give a roster with a "
+                                 "'student' column")
+    if not rows or not (canvas or "student" in keys):
         raise SystemExit(f"{path}: a roster needs a 'student' column (and optionally name, id, sis_id, login, "
-                         "section, email, aliases)")
+                         "section, email, aliases), or is Canvas's gradebook export (Student, ID, SIS User ID, "
+                         "SIS Login ID, Section, ...)")
     seen: set[str] = set()
     for row in rows:
-        row["student"] = unicodedata.normalize("NFC", row["student"])
+        row["student"] = unicodedata.normalize("NFC", row.get("student", ""))
         if not row["student"] or row["student"] in seen:
             raise SystemExit(f"{path}: every roster row needs its own non-empty 'student' "
                              f"({row['student']!r} is {'empty' if not row['student'] else 'repeated'})")

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import shutil
+import time
 import zipfile
 
 import nbformat
@@ -63,6 +64,19 @@ def _hostile_entries():
     return entries + [(name, "{ not json") for name in FORMULAS.values()]
 
 
+# names as Canvas ("Last, First") and as people ("First Last") write them; nbgrader's formgrader shows them
+ROSTER = """student,name,email
+alice,"Liddell, Alice",alice@example.org
+bob,Bob Marley,bob@example.org
+carol,"Ann Duffy, Carol",
+dave,Dave,
+delegator,Del Egator,
+delegator_open,,
+"""
+# the hostile entries' students are on the roster too, so that they are graded (as invalid notebooks) by their ids
+ROSTER += "".join(f'"{sid.replace(chr(34), chr(34) * 2)}",,\n' for sid in [*FORMULAS, "eve"])
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("grading")
@@ -80,10 +94,12 @@ def graded(tmp_path_factory):
             zf.write(p, p.relative_to(subs))
         for name, data in _hostile_entries():
             zf.writestr(name, data)
+    roster = tmp / "roster.csv"
+    roster.write_text(ROSTER, encoding="utf-8")
     out = tmp / "out"
     console = io.StringIO()
     with contextlib.redirect_stdout(console):
-        results = {r.student: r for r in grade.grade(archive, CHAPTER, out,
+        results = {r.student: r for r in grade.grade(archive, CHAPTER, out, roster=roster,
                                                      unrestricted=frozenset({"delegator_open"}))}
     (tmp / "console.txt").write_text(console.getvalue(), encoding="utf-8")
     rows = {safe_text.uncell(row["student"]): row for row in csv.DictReader((out / "grades.csv").open())}
@@ -275,3 +291,86 @@ def test_a_notebook_of_another_chapter_is_wrong_chapter_by_its_content(graded):
     assert manifest[NAMED_AS_CH1]["why"] == "chapter from content"
     assert manifest["alice.ipynb"]["why"] == "chapter from content"
     assert results["alice"].score == results["alice"].max_score
+
+
+def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_path):
+    """Issue 20, item 6: nbgrader's formgrader, served by `jupyter server` from the course folder `grade` wrote and
+    driven in Chromium, lists every submission with the roster's names, opens a student's graded notebook with
+    its scores, comments and code, and takes a manual score into the gradebook. Screenshots: /tmp/formgrader/."""
+    import json
+    from pathlib import Path
+
+    from nbgrader.api import Gradebook
+
+    from autograder import align
+    from tests import formgrader_browser
+
+    sync_api = formgrader_browser.browser_or_skip()
+    results, _, out = graded
+    course_dir = out / "nbgrader"
+    ch = align.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
+    submitted = sorted(s for s, r in results.items() if r.status != "missing")
+    shown = "".join(c.source for c in nbformat.read(course.CHAPTERS / f"{CHAPTER}.ipynb", as_version=4).cells)
+    shown += "".join(e.answer_source for e in ch.exercises.values())
+    hidden = {line.strip() for ex in ch.exercises.values()  # lines only the hidden tests have
+              for line in ex.test_source.split("### BEGIN HIDDEN TESTS", 1)[1].splitlines()
+              if len(line.strip()) > 12 and line.strip() not in shown}
+    assert hidden
+    for s in submitted:  # nbgrader's layout, each with the submission's time
+        for kind in ("submitted", "autograded"):
+            folder = course_dir / kind / s / CHAPTER
+            assert (folder / f"{CHAPTER}.ipynb").is_file() and (folder / "timestamp.txt").is_file(), (kind, s)
+        graded_nb = json.loads((course_dir / "autograded" / s / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+        text = json.dumps(graded_nb) + "".join(align.source_of(c) + json.dumps(c.get("outputs")) for c in graded_nb["cells"])
+        assert not [line for line in hidden if line in text], s
+    released = json.loads((course_dir / "release" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+    copy = json.loads((course_dir / "autograded" / "alice" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+    ids = [(c["id"], c["metadata"].get("nbgrader")) for c in released["cells"]]
+    assert [(c["id"], c["metadata"].get("nbgrader")) for c in copy["cells"][1:]] == ids  # as the gradebook knows them
+
+    url = f"sqlite:///{course_dir / 'gradebook.db'}"
+    with Gradebook(url) as gb:
+        alice_nb = gb.find_submission_notebook(CHAPTER, CHAPTER, "alice").id
+        carol_nb = gb.find_submission_notebook(CHAPTER, CHAPTER, "carol").id
+    first = next(iter(ch.exercises))
+    shots = Path("/tmp/formgrader")
+    shots.mkdir(exist_ok=True)
+    expect = sync_api.expect
+    with formgrader_browser.jupyter_server(course_dir, tmp_path / "jupyter.log") as (base, token), \
+            formgrader_browser.chromium_page(sync_api) as page:
+        page.goto(f"{base}/formgrader?token={token}")  # "Manage Assignments"
+        row = page.locator("tr", has_text=CHAPTER)
+        expect(row.locator(".num-submissions")).to_have_text(str(len(submitted)))
+        assert page.locator("#warning-exchange").count() == 0 and page.locator("#warning-course-id").count() == 0
+        page.screenshot(path=str(shots / "1-assignments.png"), full_page=True)
+
+        page.goto(f"{base}/formgrader/manage_submissions/{CHAPTER}")
+        expect(page.locator("td.student-name", has_text="Liddell, Alice")).to_have_count(1)
+        expect(page.locator("td.student-name")).to_have_count(len(submitted))
+        names = page.locator("td.student-name").all_inner_texts()
+        assert "Ann Duffy, Carol" in names and not [n for n in names if "None" in n], names
+        page.screenshot(path=str(shots / "2-submissions.png"), full_page=True)
+
+        page.goto(f"{base}/formgrader/submissions/{alice_nb}/")  # alice's graded notebook
+        points = ch.exercises[first].points
+        expect(page.locator(f'input.score[id="{first}"]')).to_have_attribute("placeholder", f"{points:g}")
+        expect(page.locator(".output_area", has_text=f"{points:g} / {points:g} points: all checks passed")).not_to_have_count(0)
+        page.screenshot(path=str(shots / "3-alice-graded.png"), full_page=True)
+
+        page.goto(f"{base}/formgrader/submissions/{carol_nb}/")  # the exercise carol lost, its reason, her code
+        score = page.locator(f'input.score[id="{WRONG}"]')
+        expect(score).to_have_attribute("placeholder", "0")
+        comment = page.locator(f'textarea[id="{WRONG}-answer-comment"]')
+        assert "critical batch = " in (comment.get_attribute("placeholder") or "")
+        expect(page.locator(".nbgrader_cell", has_text="/ 3")).not_to_have_count(0)
+        score.fill("1")
+        score.press("Tab")  # formgrader saves a score when it changes
+        deadline = time.monotonic() + 20
+        while True:
+            with Gradebook(url) as gb:
+                manual = gb.find_grade(WRONG, CHAPTER, CHAPTER, "carol").manual_score
+            if manual == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert manual == 1
+        page.screenshot(path=str(shots / "4-carol-manual-score.png"), full_page=True)

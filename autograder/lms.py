@@ -1,0 +1,134 @@
+"""Results for Gradescope and PrairieLearn, and their per-submission entry points.
+
+Gradescope runs ``/autograder/run_autograder`` in a container with the student's files in
+``/autograder/submission/`` and reads ``/autograder/results/results.json``: ``score``, ``output``, and ``tests``,
+each with ``name``, ``score``, ``max_score``, ``status`` ("passed"/"failed"), ``output`` and ``visibility``.
+PrairieLearn's external grader puts the student's files in ``/grade/student/`` and reads
+``/grade/results/results.json``: ``gradable``, ``score`` as a fraction in [0, 1], ``message``, and ``tests``, each with
+``name``, ``points``, ``max_points``, ``message`` and ``output``.
+
+Both entry points (``python -m autograder.lms gradescope|prairielearn --chapter 01_rooflines``) grade the one
+submission with :func:`autograder.grade.grade` and write that file; ``SCALELIB_LMS_ROOT`` moves ``/`` (tests lay
+the platform's folders out under a temporary one). A test's text reaches the student only as the feedback page
+shows it: the failing check's message and what the test printed, never the source of a hidden test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autograder import report, submissions
+
+if TYPE_CHECKING:
+    from autograder.align import Chapter
+    from autograder.results import StudentResult
+
+ROOT_ENV = "SCALELIB_LMS_ROOT"
+STUDENT = "student"  # the one submission's id inside an entry point's run
+
+
+def _test_text(r: StudentResult, eid: str, points: float) -> str:
+    got = r.exercises.get(eid, 0.0)
+    if got == points and points > 0:
+        return "all checks passed"
+    text = r.messages.get(eid, "") or (f"{r.status}: {r.detail}" if r.detail else "no points")
+    printed = r.outputs.get(eid, "").strip()
+    return text + (f"\nthe test printed:\n{printed}" if printed else "")
+
+
+def _summary(r: StudentResult) -> str:
+    return f"{r.score:g} / {r.max_score:g} points ({r.status}{': ' + r.detail if r.detail else ''})"
+
+
+def gradescope_results(r: StudentResult, ch: Chapter) -> dict:
+    """Gradescope's results.json for one submission: one test per exercise, all visible to the student."""
+    tests = []
+    for number, (eid, ex) in enumerate(ch.exercises.items(), 1):
+        got = r.exercises.get(eid, 0.0)
+        tests.append({"name": f"{ex.title or eid} [{eid}]", "number": str(number), "score": got,
+                      "max_score": ex.points, "status": "passed" if got == ex.points else "failed",
+                      "output": _test_text(r, eid, ex.points), "visibility": "visible"})
+    return {"score": r.score, "output": _summary(r), "visibility": "visible", "stdout_visibility": "hidden",
+            "tests": tests}
+
+
+def prairielearn_results(r: StudentResult, ch: Chapter) -> dict:
+    """PrairieLearn's external-grader results.json for one submission (score as a fraction of the maximum)."""
+    tests = [{"name": f"{ex.title or eid} [{eid}]", "description": eid, "points": r.exercises.get(eid, 0.0),
+              "max_points": ex.points, "message": _test_text(r, eid, ex.points), "output": ""}
+             for eid, ex in ch.exercises.items()]
+    fraction = r.score / r.max_score if r.max_score > 0 else 0.0
+    return {"gradable": True, "score": min(1.0, max(0.0, fraction)), "message": _summary(r), "output": "",
+            "tests": tests}
+
+
+def write_gradescope(out_dir: Path, results: list[StudentResult], ch: Chapter) -> None:
+    """``--lms gradescope``: ``OUT/gradescope/<student>/results.json`` for every submission (not for missing ones)."""
+    for r in results:
+        if r.status != "missing":
+            report.atomic_write(out_dir / "gradescope" / submissions.file_stem(r.student) / "results.json",
+                                json.dumps(gradescope_results(r, ch), indent=1, ensure_ascii=False) + "\n")
+
+
+def _notebooks(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.ipynb") if p.is_file() and not p.is_symlink()
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def run(platform: str, chapter: str, root: Path, allow_unsandboxed: bool = False) -> dict:
+    """Grade the one submission the platform laid out under ``root`` and write its results.json; returns it."""
+    from autograder import align, course, grade
+
+    chapter = course.resolve_chapter(chapter)
+    ch = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+    if platform == "gradescope":
+        source, target = root / "autograder" / "submission", root / "autograder" / "results" / "results.json"
+    else:
+        source, target = root / "grade" / "student", root / "grade" / "results" / "results.json"
+    found = _notebooks(source) if source.is_dir() else []
+    if not found:
+        why = f"no notebook (.ipynb) was submitted; submit your {chapter}.ipynb"
+        data = ({"score": 0.0, "output": why, "visibility": "visible", "tests": []} if platform == "gradescope"
+                else {"gradable": False, "score": 0.0, "message": why, "output": "", "tests": []})
+    else:
+        with tempfile.TemporaryDirectory(prefix="lms-") as tmp:
+            subs = Path(tmp) / "submissions" / STUDENT  # the folder names the student, whatever the files are called
+            subs.mkdir(parents=True)
+            for i, nb in enumerate(found):
+                shutil.copy2(nb, subs / f"{i:03d}_{nb.name}")
+            roster = Path(tmp) / "roster.csv"  # one student, whom every file's folder names
+            roster.write_text(f"student\n{STUDENT}\n", encoding="utf-8")
+            results = grade.grade(subs.parent, chapter, Path(tmp) / "out", roster=roster, workers=1, quiet=True,
+                                  allow_unsandboxed=allow_unsandboxed,
+                                  nbgrader_dir=Path(tmp) / "nbgrader")
+        r = next(r for r in results if r.student == STUDENT)
+        data = gradescope_results(r, ch) if platform == "gradescope" else prairielearn_results(r, ch)
+    report.atomic_write(target, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.lms", description=__doc__.split("\n\n")[0])
+    parser.add_argument("platform", choices=["gradescope", "prairielearn"])
+    parser.add_argument("--chapter", default=os.environ.get("SCALELIB_CHAPTER"),
+                        help="e.g. 01_rooflines (default: $SCALELIB_CHAPTER)")
+    parser.add_argument("--allow-unsandboxed", action="store_true",
+                        default=os.environ.get("SCALELIB_ALLOW_UNSANDBOXED") == "1",
+                        help="grade where no OS sandbox can be made (the container is then the only boundary)")
+    args = parser.parse_args(argv)
+    if not args.chapter:
+        parser.error("say which chapter: --chapter 01_rooflines or SCALELIB_CHAPTER=01_rooflines")
+    data = run(args.platform, args.chapter, Path(os.environ.get(ROOT_ENV, "/")), args.allow_unsandboxed)
+    print(data.get("output") or data.get("message") or f"score {data['score']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

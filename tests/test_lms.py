@@ -1,0 +1,127 @@
+"""Gradescope and PrairieLearn (issue 20, item 9): their folders laid out under a temporary root, the real entry
+points run on one perfect and one blank student, and the results.json each platform reads checked field by field."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import align, course, lms
+from autograder.results import Status, StudentResult
+from tests.notebook_answers import answered
+
+pytestmark = pytest.mark.grading
+
+CH = "01_rooflines"
+BUNDLE = course.ROOT / "autograder" / "deploy" / "gradescope"
+
+
+def _env(root: Path) -> dict:
+    return dict(os.environ, SCALELIB_LMS_ROOT=str(root), SCALELIB_COURSE=str(course.ROOT),
+                SCALELIB_PYTHON=sys.executable, SCALELIB_CHAPTER=CH)
+
+
+def _lay_out(root: Path, folder: str, perfect: bool) -> None:
+    student = root / folder
+    student.mkdir(parents=True)
+    if perfect:
+        nbformat.write(answered(CH), student / f"{CH}.ipynb")
+    else:
+        shutil.copy(course.CHAPTERS / f"{CH}.ipynb", student / f"Copy of {CH}.ipynb")  # untouched, as released
+    (student / "notes.txt").write_text("not a notebook")
+
+
+@pytest.fixture(scope="module")
+def platforms(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lms")
+    out = {}
+    for who in ("perfect", "blank"):
+        gs = tmp / f"gradescope-{who}"
+        _lay_out(gs, "autograder/submission", who == "perfect")
+        done = subprocess.run([str(BUNDLE / "run_autograder")], env=_env(gs), capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        pl = tmp / f"prairielearn-{who}"
+        _lay_out(pl, "grade/student", who == "perfect")
+        done = subprocess.run([sys.executable, "-m", "autograder.lms", "prairielearn", "--chapter", CH], env=_env(pl),
+                              capture_output=True, text=True, timeout=600, cwd=course.ROOT)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out[who] = (json.loads((gs / "autograder/results/results.json").read_text()),
+                    json.loads((pl / "grade/results/results.json").read_text()))
+        keep = Path(tempfile.gettempdir()) / "lms-results"  # for people to read after the run
+        keep.mkdir(exist_ok=True)
+        shutil.copy(gs / "autograder/results/results.json", keep / f"gradescope-{who}.json")
+        shutil.copy(pl / "grade/results/results.json", keep / f"prairielearn-{who}.json")
+    return out
+
+
+def _hidden_lines(ch: align.Chapter) -> set[str]:
+    shown = "".join(c.source for c in nbformat.read(course.CHAPTERS / f"{CH}.ipynb", as_version=4).cells)
+    return {line.strip() for ex in ch.exercises.values()
+            for line in ex.test_source.split("### BEGIN HIDDEN TESTS", 1)[1].splitlines()
+            if len(line.strip()) > 12 and line.strip() not in shown}
+
+
+def test_gradescope_results_for_a_perfect_and_a_blank_student(platforms):
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    for who, (gs, _) in platforms.items():
+        assert set(gs) >= {"score", "tests", "output"}
+        assert [t["name"] for t in gs["tests"]] == [f"{e.title} [{eid}]" for eid, e in ch.exercises.items()]
+        for t, ex in zip(gs["tests"], ch.exercises.values()):
+            assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility"}
+            assert t["max_score"] == ex.points and t["visibility"] == "visible"
+            assert t["status"] == ("passed" if who == "perfect" else "failed")
+            assert t["score"] == (ex.points if who == "perfect" else 0)
+        assert gs["score"] == sum(t["score"] for t in gs["tests"]) == (ch.max_score if who == "perfect" else 0)
+    assert all("not answered yet" in t["output"] or "write your answer" in t["output"]
+               for t in platforms["blank"][0]["tests"]), platforms["blank"][0]["tests"]
+
+
+def test_prairielearn_results_for_a_perfect_and_a_blank_student(platforms):
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    perfect, blank = platforms["perfect"][1], platforms["blank"][1]
+    for data in (perfect, blank):
+        assert data["gradable"] is True and 0 <= data["score"] <= 1
+        assert [(t["max_points"]) for t in data["tests"]] == [e.points for e in ch.exercises.values()]
+        assert all(set(t) >= {"name", "points", "max_points", "message"} for t in data["tests"])
+    assert perfect["score"] == 1 and [t["points"] for t in perfect["tests"]] == [t["max_points"] for t in perfect["tests"]]
+    assert blank["score"] == 0 and not any(t["points"] for t in blank["tests"])
+
+
+def test_hidden_tests_never_reach_the_student(platforms):
+    hidden = _hidden_lines(align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb"))
+    assert hidden
+    for gs, pl in platforms.values():
+        text = "\n".join([gs["output"], pl["message"], *(t["output"] for t in gs["tests"]),
+                          *(t["message"] + t.get("output", "") for t in pl["tests"])])
+        assert not [line for line in hidden if line in text]
+
+
+def test_no_notebook_is_said_plainly(tmp_path):
+    (tmp_path / "autograder/submission").mkdir(parents=True)
+    (tmp_path / "grade/student").mkdir(parents=True)
+    gs = lms.run("gradescope", CH, tmp_path)
+    pl = lms.run("prairielearn", CH, tmp_path)
+    assert gs["score"] == 0 and "no notebook" in gs["output"]
+    assert pl["gradable"] is False and "no notebook" in pl["message"]
+    assert json.loads((tmp_path / "grade/results/results.json").read_text()) == pl
+
+
+def test_grade_lms_gradescope_writes_one_results_file_per_submission(tmp_path):
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    eids = list(ch.exercises)
+    results = [StudentResult("ann", Status.GRADED, 1.0, ch.max_score, {eids[0]: 1.0}, messages={eids[1]: "ExerciseError: x"}),
+               StudentResult("Bo Z", Status.MISSING, 0.0, ch.max_score)]
+    lms.write_gradescope(tmp_path, results, ch)
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "gradescope").rglob("*.json"))
+    assert files == ["gradescope/ann/results.json"]
+    data = json.loads((tmp_path / "gradescope/ann/results.json").read_text())
+    assert data["tests"][1]["output"] == "ExerciseError: x" and data["tests"][1]["status"] == "failed"
