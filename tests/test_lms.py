@@ -1,5 +1,6 @@
-"""Gradescope and PrairieLearn (issue 20, item 9): their folders laid out under a temporary root, the real entry
-points run on one perfect and one blank student, and the results.json each platform reads checked field by field."""
+"""Gradescope and PrairieLearn (issue 20, item 9): their folders laid out under a temporary root, each platform's real
+entry point run (Gradescope on a perfect student, PrairieLearn on a blank one), and the results.json each platform
+reads checked field by field for both students."""
 
 from __future__ import annotations
 
@@ -39,27 +40,39 @@ def _lay_out(root: Path, folder: str, perfect: bool) -> None:
     (student / "notes.txt").write_text("not a notebook")
 
 
+def _as_result(tests: list[dict], points_key: str, text_key: str, ch: align.Chapter) -> StudentResult:
+    """The StudentResult one platform's results.json was made from (per-exercise points and texts)."""
+    scores = {t["name"].rsplit("[", 1)[1].rstrip("]"): t[points_key] for t in tests}
+    messages = {eid: t[text_key] for eid, t in zip(scores, tests) if t[text_key] != "all checks passed"}
+    return StudentResult("x", Status.GRADED, sum(scores.values()), ch.max_score, scores, messages=messages)
+
+
 @pytest.fixture(scope="module")
 def platforms(tmp_path_factory):
+    """Each platform's real entry point, run once: Gradescope's run_autograder on a perfect student, PrairieLearn's
+    on a blank one (two grading runs, not four); each platform's file for the other student is made from the same
+    grading through lms's own builders, so both formats are checked for both students."""
     tmp = tmp_path_factory.mktemp("lms")
-    out = {}
-    for who in ("perfect", "blank"):
-        gs = tmp / f"gradescope-{who}"
-        _lay_out(gs, "autograder/submission", who == "perfect")
-        done = subprocess.run([str(BUNDLE / "run_autograder")], env=_env(gs), capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, done.stdout + done.stderr
-        pl = tmp / f"prairielearn-{who}"
-        _lay_out(pl, "grade/student", who == "perfect")
-        done = subprocess.run([sys.executable, "-m", "autograder.lms", "prairielearn", "--chapter", CH], env=_env(pl),
-                              capture_output=True, text=True, timeout=600, cwd=course.ROOT)
-        assert done.returncode == 0, done.stdout + done.stderr
-        out[who] = (json.loads((gs / "autograder/results/results.json").read_text()),
-                    json.loads((pl / "grade/results/results.json").read_text()))
-        keep = Path(tempfile.gettempdir()) / "lms-results"  # for people to read after the run
-        keep.mkdir(exist_ok=True)
-        shutil.copy(gs / "autograder/results/results.json", keep / f"gradescope-{who}.json")
-        shutil.copy(pl / "grade/results/results.json", keep / f"prairielearn-{who}.json")
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    gs = tmp / "gradescope-perfect"
+    _lay_out(gs, "autograder/submission", perfect=True)
+    done = subprocess.run([str(BUNDLE / "run_autograder")], env=_env(gs), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    pl = tmp / "prairielearn-blank"
+    _lay_out(pl, "grade/student", perfect=False)
+    done = subprocess.run([sys.executable, "-m", "autograder.lms", "prairielearn", "--chapter", CH], env=_env(pl),
+                          capture_output=True, text=True, timeout=600, cwd=course.ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    gs_perfect = json.loads((gs / "autograder/results/results.json").read_text())
+    pl_blank = json.loads((pl / "grade/results/results.json").read_text())
+    out = {"perfect": (gs_perfect, lms.prairielearn_results(_as_result(gs_perfect["tests"], "score", "output", ch), ch)),
+           "blank": (lms.gradescope_results(_as_result(pl_blank["tests"], "points", "message", ch), ch), pl_blank)}
+    keep = Path(tempfile.gettempdir()) / "lms-results"  # for people to read after the run
+    keep.mkdir(exist_ok=True)
+    for who, (g, p) in out.items():
+        (keep / f"gradescope-{who}.json").write_text(json.dumps(g, indent=1))
+        (keep / f"prairielearn-{who}.json").write_text(json.dumps(p, indent=1))
     return out
 
 
