@@ -26,6 +26,11 @@ class Status(str, Enum):
         return str.__hash__(self)
 
 
+# How an exercise's message starts when it scored 0 through no wrong value of the student's (the feedback page heads
+# the row with it): the test's own code failed (judge.TestFault), or the answer is still the stub.
+TEST_FAULT = "the test itself failed, not your answer"
+NOT_ANSWERED = "not answered yet"
+
 # A kernel that died makes the notebook's status at least this bad; the later, worse one wins.
 SEVERITY = {Status.GRADED: 0, Status.PARTIAL: 1, Status.CRASHED: 2, Status.TIMED_OUT: 3}
 
