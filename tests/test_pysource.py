@@ -95,7 +95,7 @@ def test_plain_ast_parse_in_threads_cannot_hit_the_recursion_depth_race():
 
     assert pysource.guarded()
     ns: dict = {}
-    exec(RACE.replace("print(", "result = ("), ns)  # noqa: S102 - in this process, guard installed
+    exec(RACE.replace("print(", "result = ("), ns)  # in this process, guard installed
     assert ns["errors"] == []
     if _affected():
         bare = subprocess.run([sys.executable, "-c", RACE], capture_output=True, text=True, timeout=120, check=True)
@@ -138,9 +138,9 @@ def test_the_guarded_compile_inherits_the_callers_future_flags_as_the_builtin_do
               "def make(inherit):\n"
               "    return compile('def g(x: not_defined_anywhere): pass', '<t>', 'exec', dont_inherit=not inherit)\n")
     ns: dict = {}
-    exec(compile(caller, "<caller>", "exec", dont_inherit=True), ns)  # noqa: S102
-    exec(ns["make"](True), {})  # noqa: S102 - annotations postponed, as in the caller
+    exec(compile(caller, "<caller>", "exec", dont_inherit=True), ns)
+    exec(ns["make"](True), {})  # annotations postponed, as in the caller
     import pytest
 
     with pytest.raises(NameError):
-        exec(ns["make"](False), {})  # noqa: S102
+        exec(ns["make"](False), {})
