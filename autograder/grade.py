@@ -39,7 +39,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograder import align, course, pysource, report, results, sandbox, shards, submissions, surface
+from autograder import align, course, libcheck, pysource, report, results, sandbox, shards, submissions, surface
 from autograder.kernel import Limits
 from autograder.pool import Flavour, KernelPool
 from autograder.results import Status, StudentResult
@@ -74,8 +74,6 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
     """Everything per chapter, once per run: the trusted context (started in a thread), each surface's library,
     the replay steps, the exercise groups and a warm pool of kernels. (``unrestricted``: also a group with all
     of scalelib, for tests that prove a delegating answer would pass if it could reach the library.)"""
-    context = TrustedContext(chapter)
-    threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
     by_declaration: dict[frozenset[surface.Item], surface.Surface] = {}
     surfaces = {}
     for eid, ex in chapter.exercises.items():
@@ -87,10 +85,16 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
         if s.key not in flavours:
             library = s.write(work / "lib" / s.key) if limits.sandbox else None
             flavours[s.key] = Flavour(s.key, library, s.describe(), chapter.devices)
-    steps = replay_steps(chapter)
     everything = surface.Surface.everything()
     if unrestricted:
         flavours[everything.key] = Flavour(everything.key, None, everything.describe(), chapter.devices)
+    # Every kind of kernel imports the very code the grader judges with, or nothing is graded.
+    kinds = {f"kernels with {f.allowed}": f.library for f in flavours.values()} if limits.sandbox else {
+        "kernels (no sandbox)": None}
+    libcheck.verify(kinds, limits.sandbox)
+    context = TrustedContext(chapter)
+    threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
+    steps = replay_steps(chapter)
     pool = KernelPool(limits, work / "scratch", logs, flavours, ahead=workers)
     open_groups = groups(chapter, dict.fromkeys(chapter.exercises, everything), steps)
     return Shared(chapter, context, steps, groups(chapter, surfaces, steps), pool, limits, logs, open_groups)
