@@ -89,8 +89,9 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
     if unrestricted:
         flavours[everything.key] = Flavour(everything.key, None, everything.describe(), chapter.devices)
     # Every kind of kernel imports the very code the grader judges with, or nothing is graded.
-    kinds = {f"kernels with {f.allowed}": f.library for f in flavours.values()} if limits.sandbox else {
-        "kernels (no sandbox)": None}
+    kinds: dict[str, Path | None] = {"kernels (no sandbox)": None}
+    if limits.sandbox:
+        kinds = {f"kernels with {f.allowed}": f.library for f in flavours.values()}
     libcheck.verify(kinds, limits.sandbox)
     context = TrustedContext(chapter)
     threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
