@@ -196,7 +196,6 @@ class _Unavailable:
 
 
 PROBE_PREFIX = "__grader_probe_"
-PROBE_FILE = "<test helper "
 
 
 def _text(err: BaseException) -> str:
@@ -213,9 +212,10 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(d.rstrip("/") + "/" for d in dirs | {os.path.realpath(d) for d in dirs})
 
 
-def culprit(err: BaseException) -> str:
-    """Whose code raised ``err`` in a probe's call: "test" when the innermost frame that is the probe's or the
-    student's (not a library's, nor this helper's) is the probe's, else "student"."""
+def culprit(err: BaseException, probe_file: str) -> str:
+    """Whose code raised ``err`` in a probe's call: "test" when the innermost frame that is the probe's (code from
+    ``probe_file``, the cell the grader defined it in) or the student's (not a library's, nor this helper's) is the
+    probe's, else "student"."""
     lib = _library_dirs()
     frames = []
     tb = err.__traceback__
@@ -223,7 +223,7 @@ def culprit(err: BaseException) -> str:
         frames.append(tb.tb_frame.f_code.co_filename)
         tb = tb.tb_next
     for filename in reversed(frames):
-        if filename.startswith(PROBE_FILE):
+        if filename == probe_file:
             return "test"
         if filename.startswith(lib) or filename.startswith("<frozen ") or filename.endswith("autograder/inkernel.py"):
             continue
@@ -268,7 +268,7 @@ class Helper:
             with contextlib.redirect_stdout(_Sink()):
                 value = fn(*args, **kwargs)
         except BaseException as err:
-            if probe and culprit(err) == "test":
+            if probe and culprit(err, getattr(getattr(fn, "__code__", None), "co_filename", "")) == "test":
                 return Reply({"err": f"the test's helper {name[len(PROBE_PREFIX):]} raised {_text(err)}",
                               "by": "test"})
             return Reply({"err": _text(err), "by": "student"})
@@ -276,16 +276,6 @@ class Helper:
             return Reply({"ok": encode(value, _Budget(self.max_reply_bytes))})
         except BaseException as err:
             return Reply({"err": f"{_text(err)} (what your function returned could not be sent)", "by": "student"})
-
-    def define(self, name: str, source: str) -> Reply:
-        """Define a probe of the test's (instructor code, ``@ex.probe``) in the notebook's namespace; its frames are
-        named ``<test helper NAME>``, so that :func:`culprit` tells them from the student's."""
-        try:
-            text = base64.b64decode(source).decode()
-            exec(compile(text, f"{PROBE_FILE}{name[len(PROBE_PREFIX):]}>", "exec"), self.shell.user_ns)
-        except BaseException as err:
-            return Reply({"err": _text(err), "by": "test"})
-        return Reply({"ok": None})
 
     def bind(self, payload: str) -> Reply:
         """Bind what the instructor's set-up and demo cells bound, as the grader sends it (see trusted.py)."""

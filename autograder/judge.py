@@ -231,14 +231,12 @@ class Judge:
         if source is None:
             raise NotPortable(f"probe {fn!r} is not a top-level def of the test cell")
         name = f"__grader_probe_{fn.__name__}"
-        code = source.replace(f"def {fn.__name__}(", f"def {name}(", 1)
-        payload = base64.b64encode(code.encode()).decode()
-        try:
-            self.ask(f"__grader_out__ = __grader__.define({name!r}, {payload!r})")
-        except StudentError as err:  # __grader__ itself failed: the student's code broke the helper
-            raise StudentError(f"the test's helper {fn.__name__} could not be set up in your kernel: {err}") from None
-        except TestFault as err:
-            raise TestFault(f"the test's helper {fn.__name__} could not be defined in your kernel: {err}") from None
+        timeout = min(self.call_timeout_s, self.deadline - time.monotonic())
+        if timeout <= 0:
+            raise CallTimeout("the notebook's time limit was reached")
+        run = self.session.run(source.replace(f"def {fn.__name__}(", f"def {name}(", 1), timeout=timeout, silent=True)
+        if not run.ok:
+            raise TestFault(f"the test's helper {fn.__name__} could not be defined in your kernel: {run.error}")
         return Remote(self, name)
 
     def namespace_for(self, eid: str) -> dict:
