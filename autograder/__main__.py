@@ -51,13 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--lms", choices=["canvas"], help=lms_help)
     mg.add_argument("--lms-assignment", help="as for grade")
     mg.add_argument("--nbgrader-course", type=Path, help="nbgrader course folder (default: OUT/nbgrader)")
-    sub.add_parser("doctor", help="check what the sandbox needs from this host")
+    sub.add_parser("doctor", help="check what the sandbox needs from this host, and that kernels import the "
+                                    "grader's own scalelib")
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
         from autograder import sandbox
 
+        from autograder import libcheck
+
         checks = sandbox.host_checks()
+        same, detail = libcheck.doctor()
+        checks.append(sandbox.HostCheck("kernels' scalelib", same, detail, True))
         for c in checks:
             print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}")
         return 0 if all(c.ok or not c.required for c in checks) else 1

@@ -28,17 +28,19 @@ Statuses: see :class:`autograder.results.Status`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder import align, course, report, results, sandbox, shards, submissions, surface
+from autograder import align, course, libcheck, pysource, report, results, sandbox, shards, submissions, surface
 from autograder.kernel import Limits
 from autograder.pool import Flavour, KernelPool
 from autograder.results import Status, StudentResult
@@ -73,8 +75,6 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
     """Everything per chapter, once per run: the trusted context (started in a thread), each surface's library,
     the replay steps, the exercise groups and a warm pool of kernels. (``unrestricted``: also a group with all
     of scalelib, for tests that prove a delegating answer would pass if it could reach the library.)"""
-    context = TrustedContext(chapter)
-    threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
     by_declaration: dict[frozenset[surface.Item], surface.Surface] = {}
     surfaces = {}
     for eid, ex in chapter.exercises.items():
@@ -86,10 +86,17 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
         if s.key not in flavours:
             library = s.write(work / "lib" / s.key) if limits.sandbox else None
             flavours[s.key] = Flavour(s.key, library, s.describe(), chapter.devices)
-    steps = replay_steps(chapter)
     everything = surface.Surface.everything()
     if unrestricted:
         flavours[everything.key] = Flavour(everything.key, None, everything.describe(), chapter.devices)
+    # Every kind of kernel imports the very code the grader judges with, or nothing is graded.
+    kinds: dict[str, Path | None] = {"kernels (no sandbox)": None}
+    if limits.sandbox:
+        kinds = {f"kernels with {f.allowed}": f.library for f in flavours.values()}
+    libcheck.verify(kinds, limits.sandbox)
+    context = TrustedContext(chapter)
+    threading.Thread(target=context.build, daemon=True, name="trusted-context").start()
+    steps = replay_steps(chapter)
     pool = KernelPool(limits, work / "scratch", logs, flavours, ahead=workers)
     open_groups = groups(chapter, dict.fromkeys(chapter.exercises, everything), steps)
     return Shared(chapter, context, steps, groups(chapter, surfaces, steps), pool, limits, logs, open_groups)
@@ -126,6 +133,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     would pass if it could reach the library (never for a class).
     """
     settings = course.settings(root)
+    pysource.guard()  # threads below parse: no AST conversion may race another (CPython gh-106905)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
     os.environ[exercise.STRICT_ENV] = "1"
     if lms not in (None, "canvas", "gradescope"):
@@ -220,7 +228,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             platforms.write_gradescope(out_dir, ordered, ch)
         if book is not None:
             graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
-            say(f"nbgrader gradebook: {book.finish(ordered, rows, graded)} (there: `nbgrader export`, or "
+            say(f"nbgrader gradebook: {book.finish(ordered, rows, graded, say)} (there: `nbgrader export`, or "
                 "`jupyter lab` for formgrader)")
         shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
@@ -249,22 +257,47 @@ class _Gradebook:
 
         self.folder, self.chapter, self.solutions, self.errors = folder, chapter, solutions, list[BaseException]()
         self._gradebook = gradebook
-
-        def prepare() -> None:
-            try:
-                gradebook.prepare(folder, chapter, solutions)
-            except Exception as err:
-                self.errors.append(err)
-
-        self._thread = threading.Thread(target=prepare, name="gradebook", daemon=True)
+        self._thread = threading.Thread(target=self._prepare, name="gradebook", daemon=True)
         self._thread.start()
 
+    def _prepare(self) -> None:
+        try:
+            self._gradebook.prepare(self.folder, self.chapter, self.solutions)
+        except Exception as err:
+            self.errors.append(err)
+
     def finish(self, ordered: list[StudentResult], roster: list[dict[str, str]] | None,
-               submitted: dict[str, tuple[Path, float]]) -> Path:
+               submitted: dict[str, tuple[Path, float]], say: _Say) -> Path:
+        """Fill the gradebook; a failure (of the preparation or of the filling) is retried once from the start."""
         self._thread.join()
-        if self.errors:
-            raise RuntimeError(f"could not prepare the nbgrader gradebook in {self.folder}: {self.errors[0]}")
-        return self._gradebook.record(self.folder.resolve(), self.chapter, ordered, roster, submitted, self.solutions)
+        for attempt in (1, 2):
+            try:
+                if self.errors:
+                    raise self.errors[-1]
+                return self._gradebook.record(self.folder.resolve(), self.chapter, ordered, roster, submitted,
+                                              self.solutions)
+            except Exception as err:
+                if attempt == 2:
+                    raise RuntimeError(f"could not write the nbgrader gradebook in {self.folder} (tried twice): "
+                                       f"{type(err).__name__}: {err}") from err
+                say(f"nbgrader gradebook: {type(err).__name__}: {err}; writing it again"[:300])
+                self.errors.clear()
+                self._prepare()
+        raise AssertionError("unreachable")
+
+
+def _grade_twice(shared: Shared, student: str, cand: submissions.Candidate, fp: str, log: Path, unrestricted: bool,
+                 say: _Say) -> StudentResult:
+    """:func:`grade_student`, run again once when the grader itself fails (an error of the grader's, not a verdict on
+    the student: e.g. an interpreter fault); the second failure is the one reported."""
+    try:
+        return grade_student(shared, student, cand, fp, log, unrestricted)
+    except Exception as err:
+        note = f"grader error while grading {student} ({type(err).__name__}: {err}); grading again"
+        say(note[:300])
+        with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
+            f.write(f"\n[grader] {note}\n{traceback.format_exc()}\n")
+    return grade_student(shared, student, cand, fp, log, unrestricted)
 
 
 def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,
@@ -279,9 +312,9 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
         shared.pool.expect([g.surface.key for s, _, _ in todo
                             for g in (shared.open_groups if s in unrestricted else shared.groups)])
         with ThreadPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            futures = {pool.submit(grade_student, shared, s, c, fp,
+            futures = {pool.submit(_grade_twice, shared, s, c, fp,
                                    out_dir / "logs" / f"{submissions.file_stem(s)}.kernel.log",
-                                   s in unrestricted): (s, c)
+                                   s in unrestricted, say): (s, c)
                        for s, c, fp in todo}
             for n, fut in enumerate(as_completed(futures), 1):
                 student, cand = futures[fut]
@@ -289,7 +322,7 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
                     res = fut.result()
                 except Exception as err:
                     res = StudentResult(student, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
-                                        0.0, f"grader error: {type(err).__name__}: {err}"[:300], cand.shown)
+                                        0.0, f"grader error (twice): {type(err).__name__}: {err}"[:300], cand.shown)
                 done[student] = res
                 stem = submissions.file_stem(student)
                 report.atomic_write(out_dir / "results" / f"{stem}.json", res.to_json())
@@ -298,22 +331,27 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
     finally:
         shared.pool.close()
         shared.context.ready.wait(timeout=limits.notebook_timeout_s)  # no instructor code left running at exit
-        _report_instructor_problems(shared.context, out_dir / "logs" / report.INSTRUCTOR_LOG, say)
+        faults = [f"test of {eid} failed for {r.student} (not the student's fault): {msg}"[:400]
+                  for r in (done[s] for s, _, _ in todo if s in done)
+                  for eid, msg in r.messages.items() if msg.startswith(results.TEST_FAULT)]
+        _report_instructor_problems(shared.context, out_dir / "logs" / report.INSTRUCTOR_LOG, say, faults)
     secs = time.perf_counter() - start
     say(f"{len(todo)} notebooks in {secs:.0f} s ({60 * len(todo) / max(secs, 1e-9):.1f} per minute)")
 
 
-def _report_instructor_problems(context: TrustedContext, log: Path, say: _Say) -> None:
+def _report_instructor_problems(context: TrustedContext, log: Path, say: _Say,
+                                faults: list[str] | None = None) -> None:
     """Cells of the instructor's notebook that raised in the grader's own run: a demo value they bind is missing
-    and a test cell among them cannot judge anyone, so the instructor hears of it (and ``logs/`` keeps it)."""
-    problems = list(context.problems)
+    and a test cell among them cannot judge anyone, so the instructor hears of it (and ``logs/`` keeps it). So do
+    ``faults``: tests whose own code failed while judging a student (judge.TestFault)."""
+    problems = list(context.problems) + list(faults or [])
     if context.error is not None:
         problems.append(f"the run stopped: {type(context.error).__name__}: {context.error}"[:300])
     if not problems:
         log.unlink(missing_ok=True)
         return
     report.atomic_write(log, "\n".join(problems) + "\n")
-    say(f"!! {len(problems)} cell(s) of the instructor's notebook failed in the grader's run (see {log}):")
+    say(f"!! {len(problems)} problem(s) of the instructor's notebook or tests in the grader's run (see {log}):")
     for line in problems[:5]:
         say(f"!!   {line}")
 

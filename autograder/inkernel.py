@@ -195,6 +195,42 @@ class _Unavailable:
                                       f"{self.allowed}", name=name)
 
 
+PROBE_PREFIX = "__grader_probe_"
+
+
+def _text(err: BaseException) -> str:
+    return (type(err).__name__ + ": " + str(err))[:2000]
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import os
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    lib = sys.modules.get("scalelib")
+    if lib is not None and getattr(lib, "__file__", None):
+        dirs.add(os.path.dirname(str(lib.__file__)))
+    return tuple(d.rstrip("/") + "/" for d in dirs | {os.path.realpath(d) for d in dirs})
+
+
+def culprit(err: BaseException, probe_file: str) -> str:
+    """Whose code raised ``err`` in a probe's call: "test" when the innermost frame that is the probe's (code from
+    ``probe_file``, the cell the grader defined it in) or the student's (not a library's, nor this helper's) is the
+    probe's, else "student"."""
+    lib = _library_dirs()
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    for filename in reversed(frames):
+        if filename == probe_file:
+            return "test"
+        if filename.startswith(lib) or filename.startswith("<frozen ") or filename.endswith("autograder/inkernel.py"):
+            continue
+        return "student"
+    return "test"  # raised before the probe's first line ran (its arguments did not fit it)
+
+
 class _Sink(io.TextIOBase):
     def write(self, s: str) -> int:
         return len(s)
@@ -211,18 +247,35 @@ class Helper:
         try:
             return Reply({"ok": encode(produce(), _Budget(self.max_reply_bytes))})
         except BaseException as err:
-            return Reply({"err": (type(err).__name__ + ": " + str(err))[:2000]})
+            return Reply({"err": _text(err)})
 
     def call(self, name: str, payload: str) -> Reply:
-        """Call the student's ``name`` with the grader's pickled ``(args, kwargs)``; printing is swallowed."""
-
-        def run() -> Any:
-            fn = self.shell.user_ns[name]
+        """Call the student's ``name`` (or a probe of the test's, ``__grader_probe_*``) with the grader's pickled
+        ``(args, kwargs)``; printing is swallowed. A failure says whose it is (``by``): the student's, or the test's
+        (a probe that raised outside the student's code, arguments this kernel cannot recreate)."""
+        probe = name.startswith(PROBE_PREFIX)
+        try:
             args, kwargs = pickle.loads(base64.b64decode(payload))  # the grader's own bytes
+        except BaseException as err:
+            return Reply({"err": f"the test's arguments could not be recreated in your kernel ({_text(err)})",
+                          "by": "grader"})
+        fn = self.shell.user_ns.get(name)
+        if fn is None:
+            if probe:
+                return Reply({"err": f"the test's helper {name[len(PROBE_PREFIX):]} is not defined", "by": "test"})
+            return Reply({"err": f"NameError: {name} is not defined in your notebook", "by": "student"})
+        try:
             with contextlib.redirect_stdout(_Sink()):
-                return fn(*args, **kwargs)
-
-        return self._reply(run)
+                value = fn(*args, **kwargs)
+        except BaseException as err:
+            if probe and culprit(err, getattr(getattr(fn, "__code__", None), "co_filename", "")) == "test":
+                return Reply({"err": f"the test's helper {name[len(PROBE_PREFIX):]} raised {_text(err)}",
+                              "by": "test"})
+            return Reply({"err": _text(err), "by": "student"})
+        try:
+            return Reply({"ok": encode(value, _Budget(self.max_reply_bytes))})
+        except BaseException as err:
+            return Reply({"err": f"{_text(err)} (what your function returned could not be sent)", "by": "student"})
 
     def bind(self, payload: str) -> Reply:
         """Bind what the instructor's set-up and demo cells bound, as the grader sends it (see trusted.py)."""
@@ -270,5 +323,5 @@ def program(max_reply_bytes: int, allowed: str = "") -> str:
             "del __grader_ns\n")
 
 
-__all__ = ["Helper", "LazyModule", "NotAvailable", "Poison", "Record", "Reply", "encode", "install", "make_record",
-           "make_tuple", "program"]
+__all__ = ["PROBE_PREFIX", "Helper", "LazyModule", "NotAvailable", "Poison", "Record", "Reply", "culprit", "encode",
+           "install", "make_record", "make_tuple", "program"]

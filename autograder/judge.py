@@ -40,6 +40,7 @@ import numpy as np
 
 from autograder import pysource, transfer
 from autograder.kernel import KernelDied, KernelSession
+from autograder.results import NOT_ANSWERED, TEST_FAULT
 from autograder.surface import Surface
 from autograder.transfer import library_refs
 from autograder.trusted import TrustedContext
@@ -55,6 +56,14 @@ class CallTimeout(Exception):
 
 class StudentError(Exception):
     """The student's function raised; the message is theirs (type name first)."""
+
+
+class TestFault(Exception):
+    """The test's own code failed, not the student's function: a probe (``@ex.probe`` helper) raised in the kernel
+    outside the student's code, its arguments could not be recreated there, or the test cell raised before any of
+    the student's functions had answered. The message says which helper and what it raised."""
+
+
 
 
 class Opaque:
@@ -181,6 +190,7 @@ class Judge:
         self._out: list[str] = []
         self._out_bytes = 0
         self._probes: dict[str, str] = {}
+        self.answers = 0  # calls into the kernel that answered (a test that fails before any did is at fault)
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n", **_: Any) -> None:
         text = sep.join(str(a) for a in args) + end
@@ -209,7 +219,10 @@ class Judge:
         if type(reply) is not dict:
             return Opaque("unreadable reply")
         if "err" in reply:
+            if reply.get("by") in ("test", "grader"):  # the kernel says so; a student who forges it still scores 0
+                raise TestFault(str(reply["err"])[:2000])
             raise StudentError(str(reply["err"])[:2000])
+        self.answers += 1
         return decode(reply.get("ok"))
 
     def probe(self, fn: Any) -> Remote:
@@ -223,7 +236,7 @@ class Judge:
             raise CallTimeout("the notebook's time limit was reached")
         run = self.session.run(source.replace(f"def {fn.__name__}(", f"def {name}(", 1), timeout=timeout, silent=True)
         if not run.ok:
-            raise StudentError(f"the test's probe could not be defined in your kernel: {run.error}")
+            raise TestFault(f"the test's helper {fn.__name__} could not be defined in your kernel: {run.error}")
         return Remote(self, name)
 
     def namespace_for(self, eid: str) -> dict:
@@ -251,7 +264,7 @@ class Judge:
     def judge(self, eid: str) -> Verdict:
         ex_ = self.context.chapter.exercises[eid]
         start = time.perf_counter()
-        self._out, self._out_bytes = [], 0
+        self._out, self._out_bytes, self.answers = [], 0, 0
         self._probes = pysource.decorated_functions(ex_.test_source, "probe")
         ns = self.namespace_for(eid)
 
@@ -268,15 +281,48 @@ class Judge:
                            " the instructor must put that part of the test in an @ex.probe helper", True)
         except SurfaceViolation as err:
             return verdict(f"this test cannot be judged: {err}", True)
-        except KernelDied:
-            raise
+        except (KernelDied, SystemError):
+            raise  # the kernel is gone, or the grader's interpreter failed: no verdict on the student
         except CallTimeout as err:
             return verdict(f"TimeoutError: {err}")
-        except Exception as err:
-            if isinstance(err, StudentError):
-                return verdict(f"your function raised {err}")
+        except TestFault as err:
+            return verdict(test_fault_message(str(err)), True)
+        except StudentError as err:
+            return verdict(student_error_message(str(err)))
+        except AssertionError as err:
             return verdict(f"{type(err).__name__}: {err}")
+        except Exception as err:
+            if not self.answers:  # nothing of the student's had answered: the test's own code raised
+                where = _test_frame(err, f"<test {eid}>")
+                return verdict(test_fault_message(f"the test's code{where} raised {type(err).__name__}: {err}"), True)
+            return verdict(f"{type(err).__name__}: {err} (raised by the test while checking what your function "
+                           "returned)")
         return Verdict(ex_.points, ex_.points, True, "", "".join(self._out), seconds=time.perf_counter() - start)
 
 
-__all__ = ["Judge", "Opaque", "TrustedContext", "Verdict", "decode"]
+def test_fault_message(detail: str) -> str:
+    """The verdict when the test's own code failed (see :class:`TestFault`)."""
+    return (f"{TEST_FAULT}: {detail}. Your answer was not judged; tell your instructor (this is not a reason to "
+            "change your code)")
+
+
+def student_error_message(detail: str) -> str:
+    """The verdict when the student's function raised; a stub that still raises reads as not answered."""
+    if detail.startswith("NotImplementedError"):
+        return f"{NOT_ANSWERED}: your function still raises its stub ({detail})"
+    return f"your function raised {detail}"
+
+
+def _test_frame(err: BaseException, filename: str) -> str:
+    """' (line N)' of the innermost frame of the test cell in ``err``'s traceback, '' if none."""
+    line = None
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" (line {line} of the test cell)" if line else ""
+
+
+__all__ = ["NOT_ANSWERED", "TEST_FAULT", "Judge", "Opaque", "StudentError", "TestFault", "TrustedContext", "Verdict",
+           "decode", "student_error_message", "test_fault_message"]

@@ -124,6 +124,12 @@ def _verdict(r: StudentResult, eid: str, points: float) -> tuple[str, str, str]:
     if message.startswith(("answer not found", "not graded")) or r.status in ("missing", "invalid notebook",
                                                                                "wrong chapter"):
         return "skip", "not graded", message or r.detail
+    from autograder.results import NOT_ANSWERED, TEST_FAULT
+
+    if message.startswith(TEST_FAULT):
+        return "skip", "the test failed, not your answer", message
+    if message.startswith(NOT_ANSWERED):
+        return "bad", NOT_ANSWERED, message
     return "bad", "a check failed" if message else "not graded", message
 
 

@@ -33,6 +33,12 @@ def fingerprint(grader_version: str, solution_hash: str, content_sha256: str) ->
     return hashlib.sha256(f"{grader_version}:{solution_hash}:{content_sha256}".encode()).hexdigest()[:32]
 
 
+
+# How an exercise's message starts when it scored 0 through no wrong value of the student's (the feedback page heads
+# the row with it): the test's own code failed (judge.TestFault), or the answer is still the stub.
+TEST_FAULT = "the test itself failed, not your answer"
+NOT_ANSWERED = "not answered yet"
+
 # A kernel that died makes the notebook's status at least this bad; the later, worse one wins.
 SEVERITY = {Status.GRADED: 0, Status.PARTIAL: 1, Status.CRASHED: 2, Status.TIMED_OUT: 3}
 

@@ -56,11 +56,36 @@ def plain_array(value: object, name: str = "answer") -> np.ndarray:
     return out
 
 
+def _short(x: float) -> str:
+    """A tolerance as written in the test: 1e-09 -> 1e-9, 0.5 -> 0.5."""
+    text = f"{x:g}"
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if e else text
+
+
+def tolerance_text(rtol: float, atol: float = 0.0) -> str:
+    """How close a check requires, as it is: "relative 1e-9", "relative 1e-9, absolute 0.5", "exactly"."""
+    parts = [f"relative {_short(rtol)}"] if rtol else []
+    parts += [f"absolute {_short(atol)}"] if atol else []
+    return ", ".join(parts) or "exactly"
+
+
+def distinct(got: float, want: float) -> tuple[str, str]:
+    """``got`` and ``want`` with enough significant digits (6 or more) that their difference shows: 136034.2 and
+    136034.7, not 136034 and 136034 (or 136035)."""
+    digits = 6
+    gap, size = abs(got - want), max(abs(got), abs(want))
+    if gap and math.isfinite(gap) and size:
+        digits = min(17, max(6, math.ceil(math.log10(size / gap)) + 2))
+    return f"{got:.{digits}g}", f"{want:.{digits}g}"
+
+
 def check_close(got: object, want: float, rtol: float, name: str = "answer") -> None:
     """Fail unless ``got`` is a plain number within ``rtol`` (relative) of ``want``."""
     value = plain_number(got, name)
     if not math.isclose(value, float(want), rel_tol=rtol, abs_tol=0.0):
-        raise ExerciseError(f"{name} = {value:.6g}, expected {float(want):.6g} (within {rtol:.0%})")
+        shown, expected = distinct(value, float(want))
+        raise ExerciseError(f"{name} = {shown}, expected {expected} (tolerance: {tolerance_text(rtol)})")
 
 
 def check_array_close(got: object, want: object, rtol: float, atol: float, name: str = "answer") -> None:
@@ -70,10 +95,12 @@ def check_array_close(got: object, want: object, rtol: float, atol: float, name:
         raise ExerciseError(f"{name} has shape {value.shape}, expected {target.shape}")
     bad = ~np.isclose(value, target, rtol=rtol, atol=atol)
     if bad.any():
-        worst = int(np.argmax(np.abs(value - target)))
+        worst = int(np.argmax(np.where(bad, np.abs(value - target), -1.0)))
+        shown, expected = distinct(float(value.flat[worst]), float(target.flat[worst]))
+        where = tuple(int(i) for i in np.unravel_index(worst, value.shape)) if value.ndim > 1 else worst
         raise ExerciseError(
-            f"{name}: {int(bad.sum())} of {value.size} entries differ; e.g. element {worst} is "
-            f"{value.flat[worst]:.6g}, expected {target.flat[worst]:.6g}"
+            f"{name}: {int(bad.sum())} of {value.size} entries differ; e.g. element {where} is "
+            f"{shown}, expected {expected} (tolerance: {tolerance_text(rtol, atol)})"
         )
 
 

@@ -129,3 +129,38 @@ def test_visible_checks_say_when_they_pass(capsys):
     with pytest.raises(ex.ExerciseError), ex.visible_checks("ch01-c"):
         raise ex.ExerciseError("wrong")
     assert "passed" not in capsys.readouterr().out
+
+
+# -- messages that explain (issue 20, item 5) -----------------------------------------------------------------------
+
+def test_a_tolerance_prints_as_it_is():
+    assert ex.tolerance_text(1e-9) == "relative 1e-9"
+    assert ex.tolerance_text(1e-9, 0.5) == "relative 1e-9, absolute 0.5"
+    assert ex.tolerance_text(0.02) == "relative 0.02"
+    assert ex.tolerance_text(0, 1e-12) == "absolute 1e-12"
+    assert ex.tolerance_text(0, 0) == "exactly"
+    with pytest.raises(ex.ExerciseError, match=r"\(tolerance: relative 1e-9\)$") as err:
+        ex.check_close(2.0, 1.0, 1e-9, "x")
+    assert "%" not in str(err.value)
+
+
+def test_wrong_and_expected_never_read_the_same():
+    """136034.2 against 136034.7 used to print as "= 136034, expected 136034"."""
+    with pytest.raises(ex.ExerciseError) as err:
+        ex.check_close(136034.2, 136034.7, 1e-9, "tokens")
+    assert str(err.value) == "tokens = 136034.2, expected 136034.7 (tolerance: relative 1e-9)"
+    with pytest.raises(ex.ExerciseError) as err:
+        ex.check_close(1.0000000001, 1.0, 1e-12, "t")
+    got, want = str(err.value).split(" = ")[1].split(" (")[0].split(", expected ")
+    assert got != want and float(got) == 1.0000000001 and float(want) == 1.0
+    assert ex.distinct(240.0, 243.0) == ("240", "243")  # six significant digits where they suffice
+
+
+def test_array_messages_name_the_element_the_values_and_the_tolerance():
+    want = np.array([[1.0, 2.0], [3.0, 1000.0]])
+    got = want.copy()
+    got[1, 1] = 1000.9
+    with pytest.raises(ex.ExerciseError) as err:
+        ex.check_array_close(got, want, 1e-9, 0.5, "grid")
+    assert str(err.value) == ("grid: 1 of 4 entries differ; e.g. element (1, 1) is 1000.9, expected 1000 "
+                              "(tolerance: relative 1e-9, absolute 0.5)")

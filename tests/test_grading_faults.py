@@ -1,0 +1,137 @@
+"""Whose fault a zero is, on a tiny synthetic chapter (issue 20, items 2, 4 and 5).
+
+One grading run of four students, with two faults injected into the grader: the first grading of ``flaky`` raises
+the interpreter fault CPython 3.11 can raise (cpython#106905), and the first write of the nbgrader gradebook
+fails the same way. Both are retried once; the run ends with grades.csv and the gradebook. ``lister`` answers
+correctly in a way the test's probe helper did not expect, so the helper (not the student's function) raises: that
+is reported as the test's fault. ``stub`` left the stubs: "not answered yet".
+"""
+
+import csv
+import json
+
+import nbformat
+import pytest
+
+from autograder import grade, gradebook, report
+from autograder import student as student_mod
+
+pytestmark = pytest.mark.grading
+
+CHAPTER = "99_tiny"
+SETUP = "from scalelib import exercise as ex\nimport numpy as np"
+ADD = "def add(a, b):\n    return a + b\n"
+DOUBLE = "import numpy as np\n\ndef double(xs):\n    return 2 * np.asarray(xs)\n"
+DOUBLE_LIST = "def double(xs):\n    return [2 * x for x in xs]\n"  # right, but not an array
+ADD_TEST = ("# Test ch99-add (1 point)\nassert add(1, 2) == 3\n### BEGIN HIDDEN TESTS\n"
+            "ex.check_close(add(0.1, 0.2), 0.3, 1e-9, 'add(0.1, 0.2)')\n### END HIDDEN TESTS\n")
+DOUBLE_TEST = ("# Test ch99-double (2 points)\nex.check_array_close(double([1, 2]), [2, 4], 0, 0)\n"
+               "### BEGIN HIDDEN TESTS\n"
+               "@ex.probe\n"
+               "def measure(xs):\n"
+               "    out = double(xs)\n"
+               "    return {'n': len(out.tolist()), 'total': float(np.sum(out))}\n"  # .tolist(): assumes an array
+               "got = measure([1.0, 2.0, 3.0])\n"
+               "ex.check_close(got['total'], 12.0, 1e-9, 'sum of double([1, 2, 3])')\n"
+               "### END HIDDEN TESTS\n")
+
+
+def _code(src, gid="", **nbg):
+    cell = nbformat.v4.new_code_cell(src)
+    if gid:
+        cell.metadata["nbgrader"] = {"grade_id": gid, "schema_version": 3, "locked": False, **nbg}
+    return cell
+
+
+def _notebook(add_src, double_src):
+    md = nbformat.v4.new_markdown_cell
+    stub = '    raise NotImplementedError("{}: not answered yet (replace this line with your code)")\n'
+    nb = nbformat.v4.new_notebook(cells=[
+        _code(SETUP, "setup", solution=False, grade=False, locked=True),
+        md("## Exercise 99.A: add (`ch99-add`)"),
+        _code(add_src or "def add(a, b):\n" + stub.format("ch99-add"), "ch99-add-answer", solution=True, grade=False),
+        _code(ADD_TEST, "ch99-add", solution=False, grade=True, points=1, locked=True),
+        md("## Exercise 99.B: double (`ch99-double`)"),
+        _code(double_src or "def double(xs):\n" + stub.format("ch99-double"), "ch99-double-answer", solution=True,
+              grade=False),
+        _code(DOUBLE_TEST, "ch99-double", solution=False, grade=True, points=2, locked=True),
+    ])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["scalelib"] = {"chapter": CHAPTER}
+    return nb
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tiny-course")
+    (root / "pyproject.toml").write_text('[tool.scalelib-course]\ninstall-source = ""\ncell-timeout-s = 60\n')
+    (root / "solutions").mkdir()
+    solution = _notebook("### BEGIN SOLUTION\n" + ADD + "### END SOLUTION\n",
+                         "### BEGIN SOLUTION\n" + DOUBLE + "### END SOLUTION\n")
+    nbformat.write(solution, root / "solutions" / f"{CHAPTER}.ipynb")
+    subs = root / "subs"
+    subs.mkdir()
+    for name, (a, d) in {"right": (ADD, DOUBLE), "flaky": (ADD, DOUBLE), "lister": (ADD, DOUBLE_LIST),
+                         "stub": ("", "")}.items():
+        nbformat.write(_notebook(a, d), subs / f"{name}.ipynb")
+
+    injected = {"student": 0, "gradebook": 0}
+    real_grade, real_record = student_mod.grade_student, gradebook.record
+
+    def flaky_grade(shared, student, *args, **kwargs):
+        if student == "flaky" and not injected["student"]:
+            injected["student"] += 1
+            raise SystemError("AST constructor recursion depth mismatch (before=18, after=4)")
+        return real_grade(shared, student, *args, **kwargs)
+
+    def flaky_record(*args, **kwargs):
+        if not injected["gradebook"]:
+            injected["gradebook"] += 1
+            raise SystemError("AST constructor recursion depth mismatch (before=3, after=1)")
+        return real_record(*args, **kwargs)
+
+    out = root / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grade, "grade_student", flaky_grade)
+        mp.setattr(gradebook, "record", flaky_record)
+        results = {r.student: r for r in grade.grade(subs, CHAPTER, out, root, workers=2, quiet=True)}
+    rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    return results, rows, out, injected
+
+
+def test_a_grader_fault_is_retried_and_the_run_still_writes_grades_and_gradebook(run):
+    from nbgrader.api import Gradebook
+
+    results, rows, out, injected = run
+    assert injected == {"student": 1, "gradebook": 1}  # both faults did happen
+    assert results["flaky"].status == "graded" and results["flaky"].score == 3, results["flaky"]
+    assert rows["flaky"]["score"] == "3" and set(rows) == {"right", "flaky", "lister", "stub"}
+    assert "grading again" in (out / "logs" / "flaky.kernel.log").read_text()
+    with Gradebook(f"sqlite:///{out / 'nbgrader' / 'gradebook.db'}") as gb:
+        assert gb.find_submission(CHAPTER, "flaky").score == pytest.approx(3)
+        assert gb.find_submission(CHAPTER, "right").score == pytest.approx(3)
+
+
+def test_a_failing_test_helper_is_the_tests_fault_not_the_students(run):
+    results, rows, out, _ = run
+    lister = results["lister"]
+    message = lister.messages["ch99-double"]
+    assert lister.exercises == {"ch99-add": 1.0, "ch99-double": 0.0}
+    assert message.startswith("the test itself failed, not your answer") and "your function raised" not in message
+    assert "the test's helper measure raised AttributeError" in message
+    assert "ch99-double could not be judged (the instructor's test is at fault" in lister.detail
+    page = (out / "feedback" / "lister.html").read_text()
+    assert "the test failed, not your answer" in page and "a check failed" not in page
+    log = (out / "logs" / report.INSTRUCTOR_LOG).read_text()
+    assert "test of ch99-double failed for lister (not the student's fault)" in log
+    assert json.loads((out / "results" / "right.json").read_text())["score"] == 3  # the same test judges arrays
+
+
+def test_a_stub_that_still_raises_reads_not_answered_yet(run):
+    results, _, out, _ = run
+    stub = results["stub"]
+    assert stub.score == 0
+    for eid in ("ch99-add", "ch99-double"):
+        assert stub.messages[eid].startswith("not answered yet"), stub.messages[eid]
+    page = (out / "feedback" / "stub.html").read_text()
+    assert page.count(">not answered yet<") == 2 and "a check failed" not in page
