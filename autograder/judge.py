@@ -11,7 +11,7 @@ nothing the kernel does to its own numpy, scalelib, builtins or assertion helper
 ``__eq__`` is always true never leaves the kernel, and the student's copy of a test cell is never run.
 
 The kernel holds only the part of scalelib that ``E`` declares (``ex.allow``; see :mod:`autograder.surface`), so
-an answer cannot delegate to the rest of the library. ``ex.forbid(...)`` in a test cell is therefore inert here.
+an answer cannot delegate to the rest of the library.
 The arguments a test sends are checked against the surface too: a test that hands the student a scalelib object
 its exercise does not declare is reported as the instructor's mistake.
 
@@ -27,12 +27,10 @@ lambda) outside a probe cannot be judged: the exercise scores 0 and the verdict 
 from __future__ import annotations
 
 import base64
-import contextlib
 import math
 import time
 import types
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,17 +114,6 @@ def decode(obj: Any, depth: int = 0) -> Any:
         if "opaque" in obj:
             return Opaque(str(obj.get("opaque"))[:80], str(obj.get("repr", "")))
     return Opaque("malformed value")
-
-
-@contextlib.contextmanager
-def inert_forbid(*functions: Any) -> Iterator[None]:
-    """``ex.forbid`` while grading: nothing to switch off (the kernel does not hold what the exercise does not
-    declare); still checks its arguments, as in a notebook."""
-    for fn in functions:
-        fn = fn.fget if isinstance(fn, property) else fn
-        if not isinstance(fn, types.FunctionType):
-            raise TypeError(f"forbid() takes Python functions, got {fn!r}")
-    yield
 
 
 class SurfaceViolation(Exception):
@@ -241,19 +228,16 @@ class Judge:
 
     def namespace_for(self, eid: str) -> dict:
         """The instructor's namespace before ``eid``'s test, with the student's functions as :class:`Remote`s and
-        ``scalelib.exercise`` as graded (``forbid`` inert, ``probe`` running in the kernel)."""
+        ``scalelib.exercise`` as graded (``probe`` running in the kernel)."""
         ns = self.context.namespace(eid)
         real = self.context.exercise_module
         ex_copy = types.ModuleType("scalelib.exercise")
         if real is not None:
             ex_copy.__dict__.update(real.__dict__)
-        ex_copy.forbid = inert_forbid  # type: ignore[attr-defined]
         ex_copy.probe = self.probe  # type: ignore[attr-defined]
         for key, value in list(ns.items()):
             if real is not None and value is real:
                 ns[key] = ex_copy
-            elif real is not None and value is getattr(real, "forbid", None):
-                ns[key] = inert_forbid
             elif real is not None and value is getattr(real, "probe", None):
                 ns[key] = self.probe
         for name in self.context.chapter.answer_names:

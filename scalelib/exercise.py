@@ -14,7 +14,7 @@ import os
 import random
 import re
 import types
-from typing import Any, Callable, Iterator, NoReturn, cast
+from typing import Any, Callable, Iterator, cast
 
 import numpy as np
 
@@ -163,42 +163,6 @@ def visible_checks(exercise_id: str, detail: str = "") -> Iterator[None]:
             print(f"{exercise_id}: not checked yet: it uses your answer to {needed}, which is not answered yet.")
     else:
         print(passed_message(exercise_id, detail))
-
-
-def _disabled(*args: object, **kwargs: object) -> NoReturn:
-    # Runs with the globals of the function it replaces, so it may only use builtins.
-    raise AssertionError(
-        "this exercise is checked without the scalelib function it asks you to write; "
-        "compute the answer yourself instead of calling it"
-    )
-
-
-@contextlib.contextmanager
-def forbid(*functions: Callable) -> Iterator[None]:
-    """Disable ``functions`` (every alias of them) for the duration of the block.
-
-    No chapter uses it any more: graded kernels hold only what ``allow`` declares, which makes it inert there
-    (the grader still maps it to a no-op for notebooks written before).
-
-    The code object of each function is swapped, so ``from scalelib.roofline import f as g`` in a
-    student's cell is disabled too. Properties are given as ``Class.prop`` (their getter is swapped).
-    """
-    targets: list[types.FunctionType] = []
-    for fn in functions:
-        fn = fn.fget if isinstance(fn, property) else fn
-        if not isinstance(fn, types.FunctionType):
-            raise TypeError(f"forbid() takes Python functions, got {fn!r}")
-        targets.append(fn)
-    saved = [(fn, fn.__code__, fn.__defaults__, fn.__kwdefaults__) for fn in targets]
-    try:
-        for fn in targets:
-            if fn.__code__.co_freevars:
-                raise TypeError(f"cannot disable closure {fn.__qualname__}")
-            fn.__code__ = _disabled.__code__
-        yield
-    finally:
-        for fn, code, defaults, kwdefaults in saved:
-            fn.__code__, fn.__defaults__, fn.__kwdefaults__ = code, defaults, kwdefaults
 
 
 def allow(*parts: object) -> None:

@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from scalelib import exercise as ex
-from scalelib import roofline as rl
 
 
 class EqualsEverything(float):
@@ -44,23 +43,6 @@ def test_check_array_close():
         ex.check_array_close(np.ones(2), [1, 1, 1], 1e-6, 0)
     with pytest.raises(ex.ExerciseError, match="must be an array"):
         ex.check_array_close(Liar(), [1.0], 1e-6, 0)
-
-
-def test_forbid_disables_every_alias_and_restores():
-    alias = rl.critical_intensity
-    with ex.forbid(rl.critical_intensity):
-        with pytest.raises(AssertionError, match="without the scalelib function"):
-            alias(1.0, 1.0)
-        with pytest.raises(AssertionError):
-            rl.chip_critical_intensity.__globals__["critical_intensity"](1.0, 1.0)
-    assert alias(4.0, 2.0) == 2.0
-
-
-def test_forbid_restores_after_error():
-    with pytest.raises(ZeroDivisionError):
-        with ex.forbid(rl.compute_time_s):
-            1 / 0
-    assert rl.compute_time_s(2.0, 1.0) == 2.0
 
 
 def test_rng_is_reproducible():
