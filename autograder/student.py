@@ -30,7 +30,6 @@ from autograder.surface import Surface
 from autograder.trusted import TrustedContext
 
 MAX_RESTARTS = 3  # a kernel that dies is replaced without the exercise it died in, at most this often per group
-BIND_TIMEOUT_S = 60.0  # for the grader's own steps in a kernel
 
 
 @dataclass(frozen=True)
@@ -124,6 +123,10 @@ class Outcome:
             self.note(f"{eid} could not be judged (the instructor's test is at fault; tell them)")
 
 
+class GraderStepFailed(RuntimeError):
+    """A step of the grader's own failed in a kernel before any of the student's code ran there (not a verdict)."""
+
+
 def screen(chapter_name: str, student: str, cand: submissions.Candidate, max_score: float,
            exercises: list[str], fp: str) -> StudentResult | None:
     """A result straight away for a file that is not a notebook of this chapter, else None."""
@@ -174,10 +177,15 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
         if step.kind == "bind":
             _wait_for_context(shared, step.stop, deadline)
             payload = shared.context.bindings_for(group.surface, step.first, step.stop)
-            run = session.run(f"__grader__.bind({payload!r})", timeout=min(BIND_TIMEOUT_S, remaining), silent=True)
+            run = session.run(f"__grader__.bind({payload!r})", timeout=min(lim.cell_timeout_s, remaining),
+                              silent=True)
+            if not run.ok and blame[0] is None:
+                # No code of the student's has run in this kernel: the grader's own step failed (a machine too
+                # loaded to unpickle the set-up's values in time, say). A kernel missing those values would lose
+                # the student points for nothing, so this is a grader error: grade_student is run once more.
+                raise GraderStepFailed(f"binding the set-up's values in a fresh kernel failed ({run.error[:120]})")
             if not run.ok:
-                after = f" after {blame[0]} ran" if blame[0] else ""
-                out.note(f"the grader's helper failed in your kernel{after} ({run.error[:120]})")
+                out.note(f"the grader's helper failed in your kernel after {blame[0]} ran ({run.error[:120]})")
         elif step.kind == "answer":
             eid = step.eid
             if eid in out.dropped or eid not in plan.answers or (eid in out.slow and eid not in group.exercises):

@@ -1,8 +1,9 @@
 """Whose fault a zero is, on a tiny synthetic chapter (issue 20, items 2, 4 and 5).
 
-One grading run of four students, with two faults injected into the grader: the first grading of ``flaky`` raises
-the interpreter fault CPython 3.11 can raise (cpython#106905), and the first write of the nbgrader gradebook
-fails the same way. Both are retried once; the run ends with grades.csv and the gradebook. ``lister`` answers
+One grading run of four students, with three faults injected into the grader: the first grading of ``flaky``
+raises the interpreter fault CPython 3.11 can raise (cpython#106905), the first write of the nbgrader gradebook
+fails the same way, and the first binding of the set-up's values in a fresh kernel fails as it does when the
+machine is too loaded to finish it in time. Each is retried once; the run ends with grades.csv and the gradebook. ``lister`` answers
 correctly in a way the test's probe helper did not expect, so the helper (not the student's function) raises: that
 is reported as the test's fault. ``stub`` left the stubs: "not answered yet".
 """
@@ -14,6 +15,7 @@ import nbformat
 import pytest
 
 from autograder import grade, gradebook, report
+from autograder import kernel as kernel_mod
 from autograder import student as student_mod
 
 pytestmark = pytest.mark.grading
@@ -75,8 +77,14 @@ def run(tmp_path_factory):
                          "stub": ("", "")}.items():
         nbformat.write(_notebook(a, d), subs / f"{name}.ipynb")
 
-    injected = {"student": 0, "gradebook": 0}
-    real_grade, real_record = student_mod.grade_student, gradebook.record
+    injected = {"student": 0, "gradebook": 0, "bind": 0}
+    real_grade, real_record, real_run = student_mod.grade_student, gradebook.record, kernel_mod.KernelSession.run
+
+    def flaky_run(self, code, *args, **kwargs):
+        if code.startswith("__grader__.bind(") and not injected["bind"]:
+            injected["bind"] += 1
+            return kernel_mod.CellRun(ok=False, error="KeyboardInterrupt: ", timed_out=True)
+        return real_run(self, code, *args, **kwargs)
 
     def flaky_grade(shared, student, *args, **kwargs):
         if student == "flaky" and not injected["student"]:
@@ -94,6 +102,7 @@ def run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grade, "grade_student", flaky_grade)
         mp.setattr(gradebook, "record", flaky_record)
+        mp.setattr(kernel_mod.KernelSession, "run", flaky_run)
         results = {r.student: r for r in grade.grade(subs, CHAPTER, out, root, workers=2, quiet=True)}
     rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
     return results, rows, out, injected
@@ -103,8 +112,11 @@ def test_a_grader_fault_is_retried_and_the_run_still_writes_grades_and_gradebook
     from nbgrader.api import Gradebook
 
     results, rows, out, injected = run
-    assert injected == {"student": 1, "gradebook": 1}  # both faults did happen
+    assert injected == {"student": 1, "gradebook": 1, "bind": 1}  # every fault did happen
     assert results["flaky"].status == "graded" and results["flaky"].score == 3, results["flaky"]
+    assert results["right"].status == "graded" and results["right"].score == 3, results["right"]
+    bound_again = [s for s in results if "binding the set-up's values" in (out / "logs" / f"{s}.kernel.log").read_text()]
+    assert len(bound_again) == 1, bound_again  # whoever met the failed binding was graded again, and fully
     assert rows["flaky"]["score"] == "3" and set(rows) == {"right", "flaky", "lister", "stub"}
     assert "grading again" in (out / "logs" / "flaky.kernel.log").read_text()
     with Gradebook(f"sqlite:///{out / 'nbgrader' / 'gradebook.db'}") as gb:
