@@ -195,7 +195,7 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
             blame[0] = step.eid
             verdict = judge.judge(step.eid)
             if not session.alive():
-                raise KernelDied("the kernel died")
+                raise KernelDied(session.death())
             out.record(step.eid, verdict)
     return True
 
