@@ -772,6 +772,7 @@ def main(argv: list[str]) -> int:
     kernel = int(told) if told.strip().isdigit() else 0
     status = _watch(child, kernel, cfg, tap, group)
     tap.close()
+    kernel_note(scratch).unlink(missing_ok=True)
     if group is not None:
         group.remove()
         with contextlib.suppress(OSError):
