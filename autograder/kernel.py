@@ -172,7 +172,10 @@ class KernelSession:
                 self.km.shutdown_kernel(now=True)
                 raise KernelStartFailed(f"its sandbox was not ready after {wait_s:.0f} s")
             time.sleep(0.01)
-        pid = int(note.read_text())
+        try:
+            pid = int(note.read_text())
+        except (OSError, ValueError) as err:
+            raise KernelStartFailed(f"its sandbox's note is unreadable: {err}") from None
         try:
             self._root = os.open(f"/proc/{pid}/root{os.path.realpath(self.scratch)}", os.O_PATH | os.O_DIRECTORY)
         except OSError as err:

@@ -655,8 +655,10 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
         if done:
             return status
         if disk is not None and not announced and disk.ready():
-            with contextlib.suppress(OSError):
-                kernel_note(scratch).write_text(str(kernel))
+            with contextlib.suppress(OSError):  # whole or not at all: the grader reads it as soon as it exists
+                part = kernel_note(scratch).with_name(kernel_note(scratch).name + ".part")
+                part.write_text(str(kernel))
+                os.replace(part, kernel_note(scratch))
             announced = True
         if group is not None and group.oom_kills() > ooms:
             ooms = group.oom_kills()
