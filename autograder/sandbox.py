@@ -682,10 +682,11 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
                 with contextlib.suppress(OSError):  # PID 1 of the namespace: the kernel kills every process in it
                     os.kill(kernel or child, signal.SIGKILL)
                 killed = True
+        wait_s = poll_s if announced or disk is None else 0.005  # the grader waits for the note to connect
         if tap is not None:
-            tap.drain(poll_s)
+            tap.drain(wait_s)
         else:
-            time.sleep(poll_s)
+            time.sleep(wait_s)
 
 
 def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:

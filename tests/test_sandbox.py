@@ -299,6 +299,45 @@ def test_student_code_run_by_an_unprivileged_grader_has_no_privilege_over_the_ho
     _assert_confined(done)
 
 
+GRADER_AS_NOBODY = """
+import sys
+from pathlib import Path
+from autograder.kernel import KernelSession, Limits
+d = Path(sys.argv[1]) / "grading"
+d.mkdir()
+s = KernelSession(d / "scratch", Limits(memory_mb=1024, disk_mb=16), d / "log")
+try:
+    r = s.run("import os\\nprint(os.stat('/usr').st_uid)", timeout=60)  # the host's root: nobody inside
+    print(r.ok, s.output)
+finally:
+    s.close()
+print(sorted(p.name for p in d.iterdir()), sorted(p.name for p in (d / "scratch").iterdir()))
+"""
+
+
+def test_an_unprivileged_grader_reaches_its_kernels_sockets_and_cleans_up(tmp_path):
+    """As nobody, the grader reaches the kernel's sockets in the kernel's own tmpfs through /proc/PID/root, and
+    leaves nothing beside the scratch folder."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to become another user for the test")
+    home = Path(tempfile.mkdtemp(prefix="sandbox-nobody-"))
+    try:
+        home.chmod(0o755)
+        os.chown(home, 65534, 65534)
+        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              GRADER_AS_NOBODY, str(home)], capture_output=True, text=True, timeout=120, check=False,
+                             cwd=str(Path(__file__).parents[1]), env={**os.environ, "HOME": str(home)})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    ran, left = run.stdout.strip().splitlines()[-2:]
+    assert ran == "True ['65534\\n']", run.stdout
+    assert left == "['log', 'scratch'] []", left
+
+
 def test_doctor_probes_each_property_from_inside_and_fails_loudly(capsys, monkeypatch):
     from autograder.__main__ import main
 
