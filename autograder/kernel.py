@@ -176,11 +176,21 @@ class KernelSession:
             pid = int(note.read_text())
         except (OSError, ValueError) as err:
             raise KernelStartFailed(f"its sandbox's note is unreadable: {err}") from None
-        try:
-            self._root = os.open(f"/proc/{pid}/root{os.path.realpath(self.scratch)}", os.O_PATH | os.O_DIRECTORY)
-        except OSError as err:
-            raise KernelStartFailed(f"its scratch folder cannot be reached: {err}") from None
-        return f"/proc/self/fd/{self._root}/k"
+        path = f"/proc/{pid}/root{os.path.realpath(self.scratch)}"
+        for _ in range(50):
+            try:
+                self._root = os.open(path, os.O_PATH | os.O_DIRECTORY)
+                return f"/proc/self/fd/{self._root}/k"
+            except OSError as err:
+                failed = err
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.02)
+        time.sleep(0.5)  # what the sandbox said on its way out reaches the log
+        code = getattr(getattr(self.km.provisioner, "process", None), "returncode", None)
+        gone = "its sandbox has exited" if code is not None else "its PID 1 is gone" if not Path(
+            f"/proc/{pid}").exists() else "its PID 1 runs"
+        raise KernelStartFailed(f"its scratch folder cannot be reached ({gone}): {failed}")
 
     def log_tail(self) -> str:
         """The end of the kernel's log (also once the session is closed)."""

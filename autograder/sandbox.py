@@ -5,10 +5,10 @@ What it does, in this order (Linux, no root needed where unprivileged user names
 1. resource limits (always, even without a sandbox): address space (``--memory-mb``), file size, no core
    dumps, and a CPU-seconds backstop; a memory cgroup for all the kernel's processes together where the host
    allows one (the processes sit in a leaf below the cgroup that carries the limit);
-2. a child drops to an unprivileged host uid before anything else (when the grader runs as root: a dedicated
-   uid and gid of no account, no supplementary groups; otherwise the grader's own uid), then makes new user,
-   mount, network, PID, IPC, UTS and cgroup namespaces; the kernel becomes PID 1 of its own PID namespace,
-   so it can neither see nor signal the grader, other kernels or anything else;
+2. a child of the launcher joins that cgroup and makes new mount, network, PID, IPC, UTS and cgroup
+   namespaces (as root: owned by the host, so that no process inside holds a capability over them; otherwise
+   inside a user namespace of the grader's uid); its child is PID 1 there and becomes the kernel, so the
+   kernel can neither see nor signal the grader, other kernels or anything else;
 3. a fresh root file system (``pivot_root`` into a tmpfs, built in a tmpfs of the sandbox's own mount
    namespace: nothing is made on the host's disk) that contains only what Python needs, read-only: ``/usr``,
    ``/lib*``, ``/bin``, ``/etc``, the interpreter and the virtual environment, and the allowed part of
@@ -17,11 +17,14 @@ What it does, in this order (Linux, no root needed where unprivileged user names
    in one tmpfs of ``disk_mb`` (the student's whole disk: every file of every process, also counted in the
    memory cgroup). ``solutions/``, ``.git``, the gradebook, the grading output, other students' notebooks and
    home folders simply do not exist inside;
-4. a second user+mount namespace on top, which locks every mount (read-only stays read-only, the old root
-   cannot be re-exposed), after the first one's limit on user namespaces was set so that the kernel can make
-   none of its own; then ``exec`` of the kernel. The kernel talks to the grader over Unix sockets in its
-   scratch folder, which the grader reaches through ``/proc/PID/root``; there is no network (only a down
-   loopback).
+4. PID 1 then runs as an unprivileged host uid: a grader run as root drops it, after building the root and
+   before any user namespace exists, to a dedicated uid and gid of no account, with no supplementary groups
+   (:func:`kernel_ids`; another one per kernel); otherwise it is the grader's own uid. A user namespace of its
+   own (mapping only that uid) is limited to holding one more: a second user+mount namespace on top, which
+   locks every mount (read-only stays read-only, the old root cannot be re-exposed), in which the kernel is
+   ``exec``'d; the kernel can make no namespace of its own (no mount, no cgroup namespace, no /proc). The
+   kernel talks to the grader over Unix sockets in its scratch folder, which the grader reaches through
+   ``/proc/PID/root``; there is no network (only a down loopback).
 
 If namespaces are unavailable, :func:`available` says so and the grader prints a loud warning and runs
 kernels with resource limits only.

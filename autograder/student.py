@@ -213,6 +213,7 @@ def memory_kills(session: KernelSession, out: Outcome, culprit: str | None, memo
 def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, deadline: float,
                 student_log: Path) -> None:
     """Judge the exercises of ``group`` in a kernel of their own, replacing it when it dies."""
+    start_failures = 0
     for attempt in range(MAX_RESTARTS + 1):
         session = None
         blame: list[str | None] = [None]
@@ -227,10 +228,13 @@ def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, de
             out.note(f"notebook time limit ({shared.limits.notebook_timeout_s:.0f} s) reached")
             return
         except KernelStartFailed as err:  # from take: no kernel, nothing of the student's ran
-            out.worsen(Status.CRASHED)
-            out.note(f"the grader could not start a kernel (not your code; tell your instructor): {err}"[:300])
             with contextlib.suppress(OSError), open(student_log, "a") as log:
                 log.write(f"grader: could not start a kernel for {', '.join(sorted(group.exercises))}: {err}\n")
+            start_failures += 1
+            if start_failures < 2 and deadline > time.monotonic():
+                continue  # once more: a kernel that failed to start says nothing about this student
+            out.worsen(Status.CRASHED)
+            out.note(f"the grader could not start a kernel (not your code; tell your instructor): {err}"[:300])
             return
         except KernelDied as err:
             timed_out = isinstance(err, KernelTimedOut)
