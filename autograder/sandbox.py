@@ -478,7 +478,10 @@ def confinement_checks(found: dict) -> list[HostCheck]:
     checks.append(HostCheck(
         "own limits", not raised,
         f"student code may raise its own limits: {', '.join(raised)}" if raised else
-        f"cannot be raised from inside (memory limit out of reach: {found['cgroup_attempt'].strip('; ')})", True))
+        "cannot be raised from inside: " + (
+            "student code may make no namespace of its own (no cgroup namespace, no cgroup mount), and cannot raise "
+            "its rlimits" if "[Errno 28]" in found["cgroup_attempt"] else
+            f"no memory limit file writable ({found['cgroup_attempt'].strip('; ')}), no rlimit raised"), True))
     return checks
 
 
