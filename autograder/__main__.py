@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per notebook (default: pyproject notebook-timeout-s)")
     gr.add_argument("--memory-mb", type=int,
                     help="memory limit per kernel sandbox in MB, 0 for none (default: pyproject memory-mb)")
+    gr.add_argument("--disk-mb", type=int,
+                    help="disk space per kernel sandbox in MB, all its files together; 0: up to half the RAM, within "
+                         "--memory-mb (default: pyproject disk-mb)")
     gr.add_argument("--nbgrader-course", type=Path,
                     help="nbgrader course folder whose gradebook.db receives the grades (default: OUT/nbgrader)")
     gr.add_argument("--max-output-bytes", type=int,
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
                           workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
-                          notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb,
+                          notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb, disk_mb=args.disk_mb,
                           max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course,
                           allow_unsandboxed=args.allow_unsandboxed, lms=args.lms, lms_assignment=args.lms_assignment,
                           shard=shards.parse(args.shard) if args.shard else None)

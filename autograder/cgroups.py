@@ -20,48 +20,65 @@ from pathlib import Path
 ROOT = Path("/sys/fs/cgroup")
 
 
+LEAF = "kernel"  # the child cgroup the sandbox's processes live in; the limit is on its parent
+
+
 @dataclass(frozen=True)
 class MemoryGroup:
+    """A limited cgroup (``path``, it carries the limit) and, inside it, the leaf its processes join.
+
+    The processes never sit in the cgroup that carries the limit: a sandbox that made a cgroup namespace of its
+    own sees the leaf as its root, and the limit above it is out of its sight (whoever owns the leaf's files).
+    """
+
     path: Path
     version: int  # 1 or 2
     home: Path  # the cgroup the creating process came from (it goes back there)
 
     @property
-    def procs(self) -> Path:
-        return self.path / "cgroup.procs"
+    def leaf(self) -> Path:
+        return self.path / LEAF
 
     def join(self) -> None:
-        """Move the calling process (and so its future children) into the group."""
-        self.procs.write_text(str(os.getpid()))
+        """Move the calling process (and so its future children) into the group's leaf."""
+        (self.leaf / "cgroup.procs").write_text(str(os.getpid()))
 
     def leave(self) -> None:
         (self.home / "cgroup.procs").write_text(str(os.getpid()))
 
     def members(self) -> list[int]:
-        """The processes in the group (cheaper to read than scanning /proc)."""
-        try:
-            return [int(p) for p in self.procs.read_text().split()]
-        except (OSError, ValueError):
-            return []
+        """The processes in the group, in the leaf and in any cgroup below it (cheaper than scanning /proc)."""
+        out: list[int] = []
+        for folder, _, _ in os.walk(self.path):
+            with contextlib.suppress(OSError, ValueError):
+                out += [int(p) for p in Path(folder, "cgroup.procs").read_text().split()]
+        return out
 
     def oom_kills(self) -> int:
-        """How many processes the OOM killer stopped in the group."""
+        """How many processes the OOM killer stopped in the group (the larger of the group's and its leaf's
+        counters: which of the two a kernel counts a kill in has changed over versions)."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
-        try:
-            for line in (self.path / name).read_text().splitlines():
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-        except (OSError, ValueError):
-            pass
-        return 0
+        found = 0
+        for folder in (self.path, self.leaf):
+            with contextlib.suppress(OSError, ValueError):
+                for line in (folder / name).read_text().splitlines():
+                    if line.startswith("oom_kill "):
+                        found = max(found, int(line.split()[1]))
+        return found
 
     def remove(self) -> None:
         """Remove the group once its processes are gone (waits up to 2 s for them to be reaped)."""
         for _ in range(40):
             with contextlib.suppress(OSError):
-                self.path.rmdir()
+                _remove_tree(self.path)
                 return
             time.sleep(0.05)
+
+
+def _remove_tree(path: Path) -> None:
+    """rmdir a cgroup and the cgroups below it, deepest first (raises OSError while a process is in one)."""
+    for folder, _, _ in sorted(os.walk(path), key=lambda w: -len(w[0])):
+        os.rmdir(folder)
 
 
 def _own_paths() -> dict[str, str]:
@@ -126,7 +143,7 @@ def sweep() -> int:
         if _creator_alive(path):
             continue
         with contextlib.suppress(OSError):
-            path.rmdir()  # refused while a process is still in it
+            _remove_tree(path)  # refused while a process is still in it
             removed += 1
     return removed
 
@@ -145,16 +162,19 @@ def create(limit_bytes: int) -> MemoryGroup | None:
                 with contextlib.suppress(OSError):
                     (path / "memory.swap.max").write_text("0")
             else:
+                with contextlib.suppress(OSError):  # always 1 on kernels since 5.11; 1 makes the leaf count here
+                    (path / "memory.use_hierarchy").write_text("1")
                 (path / "memory.limit_in_bytes").write_text(str(limit_bytes))
                 with contextlib.suppress(OSError):
                     (path / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+            (path / LEAF).mkdir()
             group = MemoryGroup(path, version, home)
             group.join()
             group.leave()  # proves both moves are allowed before anyone relies on them
             return group
         except OSError:
             with contextlib.suppress(OSError):
-                path.rmdir()
+                _remove_tree(path)
     return None
 
 

@@ -25,6 +25,7 @@ class Settings:
     cell_timeout_s: int  # per-cell limit while grading
     notebook_timeout_s: int = 3600  # per-notebook limit while grading
     memory_mb: int = 6144  # address-space limit of one grading kernel (0: none)
+    disk_mb: int = 1024  # all files of one grading kernel together (a tmpfs, also counted as its memory)
     max_output_bytes: int = 1_000_000  # text output kept per graded notebook
 
 
@@ -40,6 +41,7 @@ def settings_from_text(text: str) -> Settings:
                         cell_timeout_s=int(own.get("cell-timeout-s", 600)),
                         notebook_timeout_s=int(own.get("notebook-timeout-s", 3600)),
                         memory_mb=int(own.get("memory-mb", 6144)),
+                        disk_mb=int(own.get("disk-mb", 1024)),
                         max_output_bytes=int(own.get("max-output-bytes", 1_000_000)))
     except KeyError:
         raise SystemExit(

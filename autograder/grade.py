@@ -117,7 +117,7 @@ class _Say:
 
 def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
           workers: int | None = None, force: bool = False, cell_timeout_s: float | None = None,
-          notebook_timeout_s: float | None = None, memory_mb: int | None = None,
+          notebook_timeout_s: float | None = None, memory_mb: int | None = None, disk_mb: int | None = None,
           max_output_bytes: int | None = None, quiet: bool = False,
           nbgrader_dir: Path | None = None, allow_unsandboxed: bool = False, shard: tuple[int, int] | None = None,
           lms: str | None = None, lms_assignment: str | None = None,
@@ -142,6 +142,9 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     if lms == "canvas" and roster is None:
         raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
                          "roster has (columns id, sis_id, login; see README)")
+    for name, value in (("--memory-mb", memory_mb), ("--disk-mb", disk_mb)):
+        if value is not None and value < 0:
+            raise SystemExit(f"{name} must be 0 or more (MB; 0: no limit of its own), got {value}")
     why_not = sandbox.available()
     if why_not and not allow_unsandboxed:
         raise Unsandboxed(why_not)
@@ -153,6 +156,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     limits = Limits(cell_timeout_s=cell_timeout_s or settings.cell_timeout_s,
                     notebook_timeout_s=notebook_timeout_s or settings.notebook_timeout_s,
                     memory_mb=memory_mb if memory_mb is not None else settings.memory_mb,
+                    disk_mb=disk_mb if disk_mb is not None else settings.disk_mb,
                     max_output_bytes=max_output_bytes or settings.max_output_bytes,
                     sandbox=not why_not)
     workers = max(1, workers or os.cpu_count() or 1)
@@ -306,7 +310,8 @@ def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, s
     start = time.perf_counter()
     say(f"grading {len(todo)} notebooks of {ch.name} with {min(workers, len(todo))} workers"
         f" ({'sandboxed' if limits.sandbox else 'NOT sandboxed'}; limits: {limits.cell_timeout_s:.0f} s/cell,"
-        f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.max_output_bytes} B output)")
+        f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.disk_mb} MB disk,"
+        f" {limits.max_output_bytes} B output)")
     shared = prepare(ch, work, out_dir / "logs", limits, min(workers, len(todo)), bool(unrestricted))
     try:
         shared.pool.expect([g.surface.key for s, _, _ in todo

@@ -29,6 +29,10 @@ class KernelDied(RuntimeError):
     pass
 
 
+class KernelStartFailed(KernelDied):
+    """The kernel (or its sandbox) could not be started: the grader's or the host's fault, not the student's."""
+
+
 class KernelTimedOut(KernelDied):
     """The kernel ignored an interrupt after a time limit and was killed."""
 
@@ -42,6 +46,7 @@ class Limits:
     cell_timeout_s: float = 600.0
     notebook_timeout_s: float = 3600.0
     memory_mb: int = 4096
+    disk_mb: int = 1024  # all the kernel's files together (scratch, /tmp, /dev/shm: one tmpfs); 0: half the RAM
     max_output_bytes: int = 1_000_000
     max_reply_bytes: int = 16 * 2**20  # one message from the kernel (an answer, a probe's data); larger is refused
     sandbox: bool = True  # False only when the instructor allowed grading without one
@@ -106,7 +111,9 @@ class KernelSession:
         self.started = time.monotonic()
         scratch.mkdir(parents=True, exist_ok=True)
         cfg: dict = {"scratch": str(scratch), "memory_mb": limits.memory_mb, "isolate": limits.sandbox, "file_mb": 64,
-                     "cpu_s": limits.cpu_limit_s()}
+                     "cpu_s": limits.cpu_limit_s(), "disk_mb": limits.disk_mb}
+        if limits.sandbox and os.geteuid() == 0:  # a host uid of its own (see sandbox.kernel_ids)
+            cfg["uid"], cfg["gid"] = sandbox.kernel_ids()
         if library is not None and limits.sandbox:
             from autograder import surface
 
@@ -115,6 +122,8 @@ class KernelSession:
         self.km = _SandboxedKernelManager(cfg, kernel_name="python3", transport="ipc", ip=str(scratch / "k"),
                                           connection_file=str(scratch / "kernel.json"))
         self._log = open(log_path, "ab")  # a restarted kernel adds to the log  # noqa: SIM115 - closed in close()
+        self._root: int | None = None  # the kernel's scratch folder, in its sandbox (see _channel)
+        self._ooms = 0
         # Output written to the process's own stdout/stderr (fd 1 and 2) is not forwarded as cell output: ipykernel
         # forwards it from a thread, late, under whatever cell runs *then*, so a flood would be blamed on the next
         # cell. The sandbox keeps the first part of it for the log and drops the rest.
@@ -127,7 +136,13 @@ class KernelSession:
         ctx.setsockopt(zmq.MAXMSGSIZE, int(limits.max_reply_bytes))
         ctx.setsockopt(zmq.RCVHWM, 16)
         self._ctx = ctx
-        self.kc = self.km.client(context=ctx)
+        try:
+            ip = self._channel() if limits.sandbox else str(scratch / "k")
+        except KernelStartFailed as err:
+            tail = self.log_tail()
+            self.close()
+            raise KernelStartFailed(f"kernel did not start: {err}{'; ' + tail if tail else ''}") from None
+        self.kc = self.km.client(context=ctx, ip=ip)
         self.kc.start_channels()
         self._monitors = [ch.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
                           for ch in (self.kc.shell_channel, self.kc.iopub_channel) if ch.socket is not None]
@@ -135,16 +150,54 @@ class KernelSession:
             self.kc.wait_for_ready(timeout=120)
             helper = self.run(inkernel.program(limits.max_reply_bytes, allowed), timeout=60, silent=True)
         except (RuntimeError, KernelDied) as err:
+            tail = self.log_tail()  # before close, which closes the log
             self.close()
-            raise KernelDied(f"kernel did not start: {err}; {self.log_tail()}") from None
+            raise KernelStartFailed(f"kernel did not start: {err}{'; ' + tail if tail else ''}") from None
         if not helper.ok:
             self.close()
-            raise KernelDied(f"the grader's helper did not start in the kernel: {helper.error}")
+            raise KernelStartFailed(f"the grader's helper did not start in the kernel: {helper.error}")
+
+    def _channel(self, wait_s: float = 120.0) -> str:
+        """Where the grader reaches the kernel's sockets: in the kernel's own tmpfs, through the root of its
+        sandbox (``/proc/PID/root``; the launcher notes the pid once that root is built). The folder is opened
+        once, and the sockets named through this process's descriptor of it: a short path that always means
+        this kernel's folder (a link the student leaves there resolves inside its own root, never the host's)."""
+        note = sandbox.kernel_note(self.scratch)
+        end = time.monotonic() + wait_s
+        while not note.exists():
+            if not self.km.is_alive():
+                code = getattr(getattr(self.km.provisioner, "process", None), "returncode", None)
+                raise KernelStartFailed(f"its sandbox exited (code {code}) before the kernel started")
+            if time.monotonic() > end:
+                self.km.shutdown_kernel(now=True)
+                raise KernelStartFailed(f"its sandbox was not ready after {wait_s:.0f} s")
+            time.sleep(0.01)
+        try:
+            pid = int(note.read_text())
+        except (OSError, ValueError) as err:
+            raise KernelStartFailed(f"its sandbox's note is unreadable: {err}") from None
+        path = f"/proc/{pid}/root{os.path.realpath(self.scratch)}"
+        for _ in range(50):
+            try:
+                self._root = os.open(path, os.O_PATH | os.O_DIRECTORY)
+                return f"/proc/self/fd/{self._root}/k"
+            except OSError as err:
+                failed = err
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.02)
+        time.sleep(0.5)  # what the sandbox said on its way out reaches the log
+        code = getattr(getattr(self.km.provisioner, "process", None), "returncode", None)
+        gone = "its sandbox has exited" if code is not None else "its PID 1 is gone" if not Path(
+            f"/proc/{pid}").exists() else "its PID 1 runs"
+        raise KernelStartFailed(f"its scratch folder cannot be reached ({gone}): {failed}")
 
     def log_tail(self) -> str:
-        try:
+        """The end of the kernel's log (also once the session is closed)."""
+        with contextlib.suppress(OSError, ValueError):
             self._log.flush()
-            return Path(self._log.name).read_text(errors="replace")[-300:].strip()
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-300:].strip()
         except OSError:
             return ""
 
@@ -152,12 +205,34 @@ class KernelSession:
         """The kernel runs and its sandbox has not killed it (a killed namespace may linger a while)."""
         return self.km.is_alive() and not sandbox.kill_note(self.scratch).exists()
 
+    def death(self) -> str:
+        """Why the kernel died, as far as its sandbox knows ('the kernel died' otherwise)."""
+        try:
+            why = sandbox.kill_note(self.scratch).read_text()[:300]
+        except OSError:
+            why = ""
+        if not why and self.oom_kills():
+            why = f"over the memory limit of {self.limits.memory_mb} MB (all its processes together)"
+        return f"the kernel died: stopped by its sandbox, {why}" if why else "the kernel died"
+
+    def oom_kills(self) -> int:
+        """How many of the sandbox's processes the OOM killer stopped so far (memory cgroup only)."""
+        try:
+            return int(sandbox.oom_note(self.scratch).read_text()[:20])
+        except (OSError, ValueError):
+            return 0
+
+    def new_oom_kills(self) -> int:
+        """OOM kills since the last call (a child killed while the kernel went on)."""
+        seen, self._ooms = self._ooms, max(self._ooms, self.oom_kills())
+        return self._ooms - seen
+
     def _check_channels(self) -> None:
         for mon in self._monitors:
             if mon.poll(0):
                 for _ in range(10):  # a kernel that died closes its channels too: say that instead
                     if not self.alive():
-                        raise KernelDied("the kernel died")
+                        raise KernelDied(self.death())
                     time.sleep(0.05)
                 self.kill()
                 raise ChannelBroken(f"the kernel sent more than {self.limits.max_reply_bytes} bytes in one message "
@@ -172,7 +247,7 @@ class KernelSession:
     def run(self, code: str, timeout: float, silent: bool = False, user_expressions: dict | None = None,
             _settling: bool = False) -> CellRun:
         if not self.alive():
-            raise KernelDied("the kernel died")
+            raise KernelDied(self.death())
         self._check_channels()
         msg_id = self.kc.execute(code, silent=silent, store_history=False, allow_stdin=False,
                                  user_expressions=user_expressions or {}, stop_on_error=False)
@@ -207,7 +282,7 @@ class KernelSession:
                 last_msg = time.monotonic()
             except queue.Empty:
                 if reply is None and not self.alive():
-                    raise KernelDied("the kernel died") from None
+                    raise KernelDied(self.death()) from None
                 self._check_channels()
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
@@ -243,7 +318,7 @@ class KernelSession:
                 msg = self.kc.get_shell_msg(timeout=5)
             except queue.Empty:
                 if not self.alive():
-                    raise KernelDied("the kernel died") from None
+                    raise KernelDied(self.death()) from None
                 self._check_channels()
                 self.kill()
                 raise KernelDied("no reply from the kernel") from None
@@ -268,6 +343,9 @@ class KernelSession:
             mon.close(linger=0)
         with contextlib.suppress(Exception):
             self.kc.stop_channels()
+        if self._root is not None:
+            os.close(self._root)
+            self._root = None
         note = sandbox.kill_note(self.scratch)
         if note.exists():  # its launcher is reaping the namespace; left to finish, it removes its memory cgroup
             end = time.monotonic() + SANDBOX_TEARDOWN_S
@@ -278,6 +356,6 @@ class KernelSession:
             self.km.cleanup_resources()
         sandbox.remove_left_cgroup(self.scratch)
         cgroups.sweep()  # groups that earlier closes had to leave while their processes were still dying
-        note.unlink(missing_ok=True)
+        sandbox.remove_notes(self.scratch)
         self._log.close()
         self._ctx.destroy(linger=0)

@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder.kernel import KernelDied, KernelSession, Limits
+from autograder.kernel import KernelSession, KernelStartFailed, Limits
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class KernelPool:
         self._wanted: deque[str] = deque()
         self._ready: dict[str, deque[KernelSession]] = {k: deque() for k in flavours}
         self._starting: dict[str, int] = dict.fromkeys(flavours, 0)
-        self._errors: dict[str, str] = {}
+        self._errors: dict[str, deque[str]] = {k: deque() for k in flavours}  # starts that failed, not yet told
         self._cond = threading.Condition()
         self._closed = False
         self._ids = itertools.count()
@@ -53,10 +53,18 @@ class KernelPool:
             self._cond.notify_all()
 
     def _start(self, key: str) -> KernelSession:
+        """A started kernel; raises KernelStartFailed (whatever went wrong) and leaves nothing behind then."""
         f = self.flavours[key]
         n = next(self._ids)
-        return KernelSession(self.scratch / f"k{n:05d}", self.limits, self.logs / f".pool-{n:05d}.log",
-                             library=f.library, allowed=f.allowed, devices=f.devices)
+        scratch, log = self.scratch / f"k{n:05d}", self.logs / f".pool-{n:05d}.log"
+        try:
+            return KernelSession(scratch, self.limits, log, library=f.library, allowed=f.allowed, devices=f.devices)
+        except Exception as err:
+            shutil.rmtree(scratch, ignore_errors=True)
+            log.unlink(missing_ok=True)  # what it said is in the error
+            if isinstance(err, KernelStartFailed):
+                raise
+            raise KernelStartFailed(f"kernel did not start: {type(err).__name__}: {err}") from err
 
     def _starter(self) -> None:
         while True:
@@ -70,9 +78,9 @@ class KernelPool:
             session = None
             try:
                 session = self._start(key)
-            except KernelDied as err:
+            except KernelStartFailed as err:  # told to whoever takes this kernel; the starter goes on
                 with self._cond:
-                    self._errors[key] = str(err)
+                    self._errors[key].append(str(err))
             finally:
                 with self._cond:
                     self._starting[key] -= 1
@@ -87,13 +95,16 @@ class KernelPool:
         return sum(len(q) for q in self._ready.values()) + sum(self._starting.values())
 
     def take(self, key: str) -> KernelSession:
-        """A started kernel of flavour ``key`` (waiting for one the pool is starting, else starting one here)."""
+        """A started kernel of flavour ``key`` (waiting for one the pool is starting, else starting one here).
+        Raises KernelStartFailed if the kernel started for this call could not be."""
         with self._cond:
             while True:
                 if self._ready[key]:
                     session = self._ready[key].popleft()
                     self._cond.notify_all()
                     return session
+                if self._errors[key]:
+                    raise KernelStartFailed(self._errors[key].popleft())
                 if not self._starting[key]:
                     with contextlib.suppress(ValueError):
                         self._wanted.remove(key)  # started here instead: the pool must not start it too

@@ -3,17 +3,28 @@
 What it does, in this order (Linux, no root needed where unprivileged user namespaces are enabled):
 
 1. resource limits (always, even without a sandbox): address space (``--memory-mb``), file size, no core
-   dumps, and a CPU-seconds backstop;
-2. new user, mount, network, PID, IPC and UTS namespaces (``unshare``); the kernel becomes PID 1 of its own
-   PID namespace, so it can neither see nor signal the grader, other kernels or anything else;
-3. a fresh root file system (``pivot_root`` into a tmpfs) that contains only what Python needs, read-only:
-   ``/usr``, ``/lib*``, ``/bin``, ``/etc``, the interpreter and the virtual environment, and the installed
-   ``scalelib`` package; plus the kernel's own scratch folder, the only writable place (besides a small
-   private ``/tmp``). ``solutions/``, ``.git``, the gradebook, the grading output, other students' notebooks
-   and home folders simply do not exist inside;
-4. a second user+mount namespace on top, which locks every mount (read-only stays read-only, the old root
-   cannot be re-exposed), then ``exec`` of the kernel. The kernel talks to the grader over Unix sockets in
-   its scratch folder; there is no network (only a down loopback).
+   dumps, and a CPU-seconds backstop; a memory cgroup for all the kernel's processes together where the host
+   allows one (the processes sit in a leaf below the cgroup that carries the limit);
+2. a child of the launcher joins that cgroup and makes new mount, network, PID, IPC, UTS and cgroup
+   namespaces (as root: owned by the host, so that no process inside holds a capability over them; otherwise
+   inside a user namespace of the grader's uid); its child is PID 1 there and becomes the kernel, so the
+   kernel can neither see nor signal the grader, other kernels or anything else;
+3. a fresh root file system (``pivot_root`` into a tmpfs, built in a tmpfs of the sandbox's own mount
+   namespace: nothing is made on the host's disk) that contains only what Python needs, read-only: ``/usr``,
+   ``/lib*``, ``/bin``, ``/etc``, the interpreter and the virtual environment, and the allowed part of
+   ``scalelib``; a ``/dev`` holding only null, zero, full, random and urandom; ``/proc`` with ``/proc/sys``
+   read-only. The only writable places are the kernel's scratch folder, ``/tmp`` and ``/dev/shm``, all three
+   in one tmpfs of ``disk_mb`` (the student's whole disk: every file of every process, also counted in the
+   memory cgroup). ``solutions/``, ``.git``, the gradebook, the grading output, other students' notebooks and
+   home folders simply do not exist inside;
+4. PID 1 then runs as an unprivileged host uid: a grader run as root drops it, after building the root and
+   before any user namespace exists, to a dedicated uid and gid of no account, with no supplementary groups
+   (:func:`kernel_ids`; another one per kernel); otherwise it is the grader's own uid. A user namespace of its
+   own (mapping only that uid) is limited to holding one more: a second user+mount namespace on top, which
+   locks every mount (read-only stays read-only, the old root cannot be re-exposed), in which the kernel is
+   ``exec``'d; the kernel can make no namespace of its own (no mount, no cgroup namespace, no /proc). The
+   kernel talks to the grader over Unix sockets in its scratch folder, which the grader reaches through
+   ``/proc/PID/root``; there is no network (only a down loopback).
 
 If namespaces are unavailable, :func:`available` says so and the grader prints a loud warning and runs
 kernels with resource limits only.
@@ -24,9 +35,11 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import itertools
 import json
 import os
 import resource
+import select
 import signal
 import sys
 import time
@@ -35,15 +48,22 @@ from pathlib import Path
 
 from autograder import cgroups
 
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+DEVICES = ("null", "zero", "full", "random", "urandom")  # the only device nodes inside
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2"}
+BUILD = "/tmp"  # the sandbox builds its root in a tmpfs mounted here, in its own mount namespace only
+# Host uids of sandboxed kernels when the grader runs as root: far above any account's, one per kernel slot.
+KERNEL_UID_BASE, KERNEL_UID_SLOTS = 1_900_000_000, 1 << 20
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_PROC = "/proc"  # where this process's /proc is while the sandbox is built (under the old root, then)
 
 
 def _check(ret: int, what: str) -> None:
@@ -83,15 +103,16 @@ def _locked_flags(path: str) -> int:
 
 def _submounts(target: str) -> list[str]:
     out = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in Path(_PROC, "self/mountinfo").read_text().splitlines():
         point = line.split()[4].replace("\\040", " ")
         if point.startswith(target.rstrip("/") + "/"):
             out.append(point)
     return out
 
 
-def _bind(src: str, new_root: str, writable: bool, at: str | None = None) -> None:
-    target = new_root + (at or src)
+def _bind(src: str, target: str, writable: bool) -> None:
+    """Bind ``src`` (a folder or a file, with everything mounted under it) at ``target``; read-only unless
+    ``writable``."""
     if os.path.isdir(src):
         os.makedirs(target, exist_ok=True)
     else:
@@ -105,6 +126,81 @@ def _bind(src: str, new_root: str, writable: bool, at: str | None = None) -> Non
             except OSError:
                 if point == target:
                     raise
+
+
+def _read_only_bind(path: str) -> None:
+    _mount(path, path, None, MS_BIND | MS_REC)
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+_slots = itertools.count()
+
+
+def kernel_ids() -> tuple[int, int]:
+    """The host uid and gid a sandboxed kernel runs as. The grader's own when it is not root (a user namespace
+    maps nothing else); as root, a dedicated pair that no account has, another one for each kernel this grader
+    starts (two kernels never share one while a grader has fewer than a million of them at once)."""
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    import grp
+    import pwd
+
+    while True:
+        uid = KERNEL_UID_BASE + (os.getpid() * 4099 + next(_slots)) % KERNEL_UID_SLOTS
+        try:
+            pwd.getpwuid(uid)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(uid)
+            continue
+        except KeyError:
+            return uid, uid
+
+
+def _drop_to(uid: int, gid: int) -> None:
+    """Become ``uid``/``gid`` with no supplementary groups (from root; a no-op for the grader's own ids)."""
+    if os.geteuid() == 0:
+        if uid == 0 or gid == 0:
+            raise OSError(1, "refusing to run a kernel as root")
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        _libc.prctl(PR_SET_DUMPABLE, 1)  # its own /proc files stay its own (to write its user namespace's maps)
+    if os.geteuid() == 0 or os.getuid() == 0:
+        raise OSError(1, "could not drop root")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the sandbox's processes need, gathered by the launcher: the ids the kernel runs as, whether the
+    sandbox is built as root (then dropped to them) or in a user namespace of the grader's own uid, the
+    folders to bind, and the files the grader put in the scratch folder (the connection file)."""
+
+    uid: int
+    gid: int
+    privileged: bool
+    scratch: str
+    read_only: list[str]
+    seeds: dict[str, bytes]
+
+    @classmethod
+    def make(cls, cfg: dict) -> _Plan:
+        privileged = os.geteuid() == 0
+        if not privileged:
+            uid, gid = os.getuid(), os.getgid()
+        elif cfg.get("uid") is not None:
+            uid, gid = int(cfg["uid"]), int(cfg.get("gid", cfg["uid"]))
+        else:
+            uid, gid = kernel_ids()
+        scratch = os.path.realpath(cfg["scratch"])
+        read_only = list(cfg.get("read_only") or read_only_paths(library=not cfg.get("library")))
+        seeds = {}
+        for entry in sorted(os.scandir(scratch), key=lambda e: e.name)[:16]:
+            if entry.is_file(follow_symlinks=False) and entry.stat().st_size <= 2**20:
+                seeds[entry.name] = Path(entry.path).read_bytes()
+        return cls(uid, gid, privileged, scratch, read_only, seeds)
 
 
 def read_only_paths(library: bool = True) -> list[str]:
@@ -165,61 +261,228 @@ def _limits(cfg: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def _enter(cfg: dict, new_root: str) -> None:
-    """Child side: build the new root and lock it (we are PID 1 of a new PID namespace)."""
+def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
+    """The sandbox's PID 1: build the new root in tmpfs mounts of its own mount namespace (nothing is made on the
+    host), pivot into it, become the kernel's unprivileged uid (as root: drop to it; otherwise it already is,
+    as root of a user namespace) and lock it all. ``lifeline``: a pipe's end that reads EOF once the parent
+    has died."""
+    global _PROC
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    scratch = os.path.realpath(cfg["scratch"])
-    _unshare(CLONE_NEWNS)  # our own mount namespace: the launcher keeps the real root (to clean up)
+    _unshare(CLONE_NEWNS)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount("tmpfs", new_root, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+    # The build area: a tmpfs over /tmp (in this namespace only), holding the new root, the old root and the
+    # writable tmpfs; after the first pivot the host's folders are under /oldroot, /tmp included.
+    _mount("tmpfs", BUILD, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0700")
+    for name in ("newroot", "oldroot", "w"):
+        os.mkdir(f"{BUILD}/{name}")
+    _check(_libc.syscall(SYS_PIVOT_ROOT, BUILD.encode(), f"{BUILD}/oldroot".encode()), "pivot_root")
+    os.chdir("/")
+    _PROC = "/oldroot/proc"
+    new = "/newroot"
+    _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+    # Everything the kernel may write, in one tmpfs: its scratch folder, /tmp and /dev/shm together.
+    disk_mb = int(cfg.get("disk_mb") or 0)
+    _mount("tmpfs", "/w", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755" + (f",size={disk_mb}m" if disk_mb else ""))
+    for name, mode in (("tmp", 0o1777), ("shm", 0o1777), ("scratch", 0o755)):
+        os.mkdir(f"/w/{name}")
+        os.chmod(f"/w/{name}", mode)
+    for name, data in plan.seeds.items():
+        Path("/w/scratch", name).write_bytes(data)
+    if plan.privileged:
+        os.chown("/w/scratch", plan.uid, plan.gid)
+        for name in plan.seeds:
+            os.chown(f"/w/scratch/{name}", plan.uid, plan.gid)
     # A private /tmp first, so that read-only paths under /tmp (an environment or a checkout there)
     # are bound on top of it rather than hidden by it.
-    os.makedirs(new_root + "/tmp", exist_ok=True)
-    _mount("tmpfs", new_root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+    _bind("/w/tmp", new + "/tmp", writable=True)
+    for p in plan.read_only:
+        _bind("/oldroot" + p, new + p, writable=False)
     library = cfg.get("library")
-    for p in cfg.get("read_only") or read_only_paths(library=not library):
-        _bind(p, new_root, writable=False)
     if library:  # this kernel's scalelib, where the real one would be (which is not bound at all)
-        _bind(os.path.realpath(library), new_root, writable=False, at=cfg["library_target"])
+        _bind("/oldroot" + os.path.realpath(library), new + cfg["library_target"], writable=False)
     for p in cfg.get("hide", []):  # other copies of scalelib under the bound folders
-        _mount("tmpfs", new_root + p, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
-    _bind("/dev", new_root, writable=False)  # null, zero, urandom; binding keeps nodev as it is
-    if os.path.isdir(new_root + "/dev/shm"):
-        _mount("tmpfs", new_root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
-    os.makedirs(new_root + "/proc", exist_ok=True)
-    _mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    _bind(scratch, new_root, writable=True)  # last: it may lie under /tmp
-    os.makedirs(new_root + "/.old", exist_ok=True)
-    _check(_libc.syscall(SYS_PIVOT_ROOT, new_root.encode(), (new_root + "/.old").encode()), "pivot_root")
+        _mount("tmpfs", new + p, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "size=4k,mode=0555")
+    os.makedirs(new + "/dev", exist_ok=True)
+    _mount("tmpfs", new + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755")
+    for name in DEVICES:
+        _bind(f"/oldroot/dev/{name}", f"{new}/dev/{name}", writable=True)
+    for name, target in DEV_LINKS.items():
+        os.symlink(target, f"{new}/dev/{name}")
+    _bind("/w/shm", new + "/dev/shm", writable=True)
+    _mount(None, new + "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+    os.makedirs(new + "/proc", exist_ok=True)
+    _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _bind("/w/scratch", new + plan.scratch, writable=True)  # last: it may lie under /tmp
+    _check(_libc.umount2(b"/oldroot", MNT_DETACH), "umount old root")
+    os.chdir(new)
+    _check(_libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount build area")  # the build area goes; its mounts stay
     os.chdir("/")
-    _check(_libc.umount2(b"/.old", MNT_DETACH), "umount old root")
-    os.rmdir("/.old")
+    _PROC = "/proc"
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if plan.privileged:  # built as root: now the kernel's uid, root of a user namespace of its own
+        _drop_to(plan.uid, plan.gid)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a change of uid clears it
+        if lifeline is not None and select.select([lifeline], [], [], 0)[0]:  # its parent died before that
+            os._exit(70)
+        _unshare(CLONE_NEWUSER | CLONE_NEWNS)
+        _map_ids(plan.uid, plan.gid)
+    # This user namespace may hold one more (the lock below) and no other: the kernel, root of that last one,
+    # can make no namespace of its own (no mount, no cgroup namespace, no /proc of its own).
+    with contextlib.suppress(OSError):
+        Path("/proc/sys/user/max_user_namespaces").write_text("1")
+    for part in ("sys", "sysrq-trigger", "irq", "bus"):  # the host kernel's settings: read-only
+        if os.path.exists(f"/proc/{part}"):
+            _read_only_bind(f"/proc/{part}")
     # Lock all of the above: a new user+mount namespace cannot undo mounts made in its parent.
     uid, gid = os.getuid(), os.getgid()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS)
     _map_ids(uid, gid)
-    os.chdir(scratch)
+    os.chdir(plan.scratch)
+
+
+def _launch(code: str, cfg: dict, args: tuple[str, ...] = (), timeout_s: float = 60) -> tuple[str, str]:
+    """Run ``python -c code`` in a sandbox (scratch: a temporary folder); (stdout, why it failed or '')."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
+        cmd = [sys.executable, "-m", "autograder.sandbox", json.dumps({"scratch": tmp, **cfg}), "--",
+               sys.executable, "-c", code, *args]
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return "", "sandbox probe timed out"
+        if run.returncode != 0:
+            return run.stdout, (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
+    return run.stdout, ""
 
 
 def probe() -> str:
     """'' if sandboxing works here, else why not (run in a child process: unshare changes the caller)."""
     if sys.platform != "linux" or SYS_PIVOT_ROOT is None:
         return f"no Linux namespaces on {sys.platform}/{os.uname().machine}"
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
-        cfg = json.dumps({"scratch": tmp, "memory_mb": 0})
-        cmd = [sys.executable, "-m", "autograder.sandbox", cfg, "--", sys.executable, "-c",
-               "import os; assert not os.path.exists('/root/.bashrc-probe'); open('ok', 'w').write('1')"]
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-        except subprocess.TimeoutExpired:
-            return "sandbox probe timed out"
-        if run.returncode != 0 or not os.path.exists(os.path.join(tmp, "ok")):
-            return (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
+    out, why = _launch("import os; assert not os.path.exists('/root/.bashrc-probe'); open('ok', 'w').write('1'); "
+                       "print('sandbox', open('ok').read())", {"memory_mb": 0})
+    if why or out.strip() != "sandbox 1":
+        return why or f"the probe said {out.strip()[-200:]!r}"
     return ""
+
+
+# What student code tries from inside a sandbox to get hold of the host (doctor runs it; tests do too). Each
+# attempt opens for writing and writes nothing: were the sandbox broken, the probe itself would change nothing.
+CONFINEMENT_PROBE = r"""
+import ctypes, json, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+found = {"usr_owner": os.stat("/usr").st_uid, "dev": sorted(os.listdir("/dev"))}
+found["sysctl_writable"] = []
+for folder, _, files in os.walk("/proc/sys"):
+    for f in files:
+        try:
+            os.close(os.open(os.path.join(folder, f), os.O_WRONLY))
+            found["sysctl_writable"].append(os.path.join(folder, f))
+        except OSError:
+            pass
+found["devices_opened"] = []
+for name in ("kvm", "mem", "kmem", "kmsg", "port", "sda", "vda", "nvme0", "loop0", "loop-control", "fuse", "ptmx",
+             "console", "tty", "btrfs-control", "net/tun", "cpu/0/msr"):
+    try:
+        os.close(os.open("/dev/" + name, os.O_RDWR))
+        found["devices_opened"].append(name)
+    except OSError:
+        pass
+try:
+    resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    found["rlimit_raised"] = True
+except (ValueError, OSError):
+    found["rlimit_raised"] = False
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # a cgroup namespace of its own, the memory hierarchies mounted, every limit file it shows opened
+    os.close(read)
+    raised, how = [], ""
+    try:
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(0x10000000 | 0x00020000 | 0x02000000) != 0:
+            raise OSError(ctypes.get_errno(), "unshare")
+        open("/proc/self/setgroups", "w").write("deny")
+        open("/proc/self/uid_map", "w").write(f"0 {uid} 1")
+        open("/proc/self/gid_map", "w").write(f"0 {gid} 1")
+        how = "namespace made"
+        for fstype, data in (("cgroup", b"memory"), ("cgroup2", None)):
+            at = f"/tmp/{fstype}"
+            os.makedirs(at, exist_ok=True)
+            if libc.mount(fstype.encode(), at.encode(), fstype.encode(), 0, data) != 0:
+                continue
+            how += f"; {fstype} mounted"
+            for folder, _, files in os.walk(at):
+                for f in files:
+                    if f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max"):
+                        try:
+                            os.close(os.open(os.path.join(folder, f), os.O_WRONLY))
+                            raised.append(os.path.join(folder, f))
+                        except OSError:
+                            pass
+    except OSError as err:
+        how = f"{how}; {err}"
+    os.write(write, json.dumps([raised, how]).encode())
+    os._exit(0)
+os.close(write)
+chunks = []
+while True:
+    chunk = os.read(read, 65536)
+    if not chunk:
+        break
+    chunks.append(chunk)
+os.waitpid(pid, 0)
+found["limits_raised"], found["cgroup_attempt"] = json.loads(b"".join(chunks) or b'[[], "no answer"]')
+print(json.dumps(found))
+"""
+PROBE_MEMORY_MB = 256
+
+
+def confinement() -> dict:
+    """What :data:`CONFINEMENT_PROBE` found in a sandbox like a kernel's ({'error': ...} if it did not run)."""
+    uid, gid = kernel_ids()
+    out, why = _launch(CONFINEMENT_PROBE, {"memory_mb": PROBE_MEMORY_MB, "disk_mb": 16, "uid": uid, "gid": gid})
+    try:
+        return {**json.loads(out.strip().splitlines()[-1]), "uid": uid} if not why else {"error": why}
+    except (ValueError, IndexError):
+        return {"error": f"unreadable probe output {out[-200:]!r}"}
+
+
+def confinement_checks(found: dict) -> list[HostCheck]:
+    """Judge :func:`confinement`'s findings: one required check per property."""
+    if "error" in found:
+        return [HostCheck("confinement", False, f"the confinement probe did not run: {found['error']}", True)]
+    uid = found.get("uid", "?")
+    root = found["usr_owner"] == 0
+    checks = [HostCheck(
+        "host uid", not root,
+        "student code is host root inside the sandbox (files of the host's root show as its own): it can do what "
+        "root can to anything the sandbox shows" if root else
+        f"student code runs as host uid {uid}{' (dedicated, no account)' if os.geteuid() == 0 else ''}; the host's "
+        "root owns nothing inside that it may change", True)]
+    sysctl = found["sysctl_writable"]
+    checks.append(HostCheck(
+        "/proc/sys", not sysctl,
+        f"{len(sysctl)} kernel settings writable from inside, e.g. {', '.join(sysctl[:3])}" if sysctl else
+        "read-only: no kernel setting can be changed from inside", True))
+    extra = sorted(set(found["dev"]) - set(DEVICES) - set(DEV_LINKS) - {"shm"})
+    opened = found["devices_opened"]
+    checks.append(HostCheck(
+        "devices", not extra and not opened,
+        f"device nodes beyond {'/'.join(DEVICES)} inside: {', '.join(sorted(set(extra) | set(opened)))}"
+        if extra or opened else f"/dev holds only {', '.join(DEVICES)} (and shm, fd links)", True))
+    raised = found["limits_raised"] + (["RLIMIT_AS"] if found["rlimit_raised"] else [])
+    checks.append(HostCheck(
+        "own limits", not raised,
+        f"student code may raise its own limits: {', '.join(raised)}" if raised else
+        "cannot be raised from inside: " + (
+            "student code may make no namespace of its own (no cgroup namespace, no cgroup mount), and cannot raise "
+            "its rlimits" if "[Errno 28]" in found["cgroup_attempt"] else
+            f"no memory limit file writable ({found['cgroup_attempt'].strip('; ')}), no rlimit raised"), True))
+    return checks
 
 
 def _sysctl(name: str) -> str:
@@ -264,7 +527,7 @@ def host_checks() -> list[HostCheck]:
                     "the memory limit holds for all of a kernel's processes together" if not cg else
                     f"{cg}: the limit holds per process (RLIMIT_AS) and for all together by polling resident memory "
                     "every 0.1 s (a burst between two polls can exceed it briefly)", False)
-    return [ns, mem]
+    return [ns, mem] + (confinement_checks(confinement()) if not why else [])
 
 
 _PROBED: str | None = None
@@ -331,49 +594,105 @@ class _StderrTap:
         os.close(self.fd)
 
 
-def _watch(pid: int, max_procs: int, memory_bytes: int | None, tap: _StderrTap | None,
-           group: cgroups.MemoryGroup | None = None, poll_s: float = 0.1, note: Path | None = None) -> int | None:
-    """Wait for the sandbox's PID 1; kill it (and with it its whole namespace) past ``max_procs`` processes, or,
-    where no memory cgroup limits the sandbox, past ``memory_bytes`` of resident memory in all its processes.
+class _Disk:
+    """The sandbox's writable tmpfs, seen from the launcher through ``/proc/PID/root`` once the kernel's PID 1
+    has built its root (until then the path shows the host's folder, or nothing)."""
+
+    def __init__(self, pid: int, scratch: str, disk_mb: int) -> None:
+        self.path, self.bytes = f"/proc/{pid}/root{scratch}", disk_mb * 2**20
+        try:
+            self.host_dev = os.stat(scratch).st_dev
+        except OSError:
+            self.host_dev = -1
+        self.fd: int | None = None
+
+    def ready(self) -> bool:
+        if self.fd is None:
+            with contextlib.suppress(OSError):
+                fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+                st = os.fstatvfs(fd)
+                if os.fstat(fd).st_dev != self.host_dev and (not self.bytes or st.f_blocks * st.f_frsize == self.bytes):
+                    self.fd = fd
+                else:
+                    os.close(fd)
+        return self.fd is not None
+
+    def full(self) -> bool:
+        """Fewer than 16 pages left: what a writer that went on past the limit leaves (its writes then fail)."""
+        if not self.bytes or self.fd is None:
+            return False
+        with contextlib.suppress(OSError):
+            st = os.fstatvfs(self.fd)
+            return st.f_bavail * st.f_frsize < 16 * 4096
+        return False
+
+
+def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cgroups.MemoryGroup | None = None,
+           poll_s: float = 0.1) -> int | None:
+    """Wait for the sandbox (``child``, whose child ``kernel`` is PID 1 of its namespace); kill it past
+    ``max_procs`` processes, once its disk is full, or, where no memory cgroup limits the sandbox, past its
+    memory limit in resident memory of all its processes. Say each memory-cgroup OOM kill as it happens.
 
     RLIMIT_NPROC cannot cap processes: it is not enforced for a grader run as root, and counts the grader's
     own threads otherwise. A fork bomb is stopped within one poll (the sandbox's memory cgroup lists its
-    processes; without one, /proc is scanned for the PID namespace). The reason goes to ``note`` first: a
+    processes; without one, /proc is scanned for the PID namespace). The reason goes to the kill note first: a
     namespace of a hundred copies of a kernel that imported JAX takes seconds to die (longer than a cell's time
     limit on a loaded machine), and the grader reads the note instead of waiting for this launcher to exit.
+    The kernel's pid goes to its note once its root is built (the grader reaches its sockets through it).
     """
+    scratch = Path(cfg["scratch"])
+    max_procs = int(cfg.get("max_procs", 128))
+    memory_mb = int(cfg.get("memory_mb") or 0)
+    memory_bytes = None if group is not None else memory_mb * 2**20 or None
+    disk = _Disk(kernel, os.path.realpath(scratch), int(cfg.get("disk_mb") or 0)) if kernel else None
     try:
-        ns = os.readlink(f"/proc/{pid}/ns/pid")
+        ns = os.readlink(f"/proc/{kernel}/ns/pid") if kernel else ""
     except OSError:
         ns = ""
-    killed = False
+    announced = killed = False
+    ooms = 0
     while True:
         try:
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status = os.waitpid(child, os.WNOHANG)
         except ChildProcessError:
             return None
         except InterruptedError:
             continue
         if done:
             return status
+        if disk is not None and not announced and disk.ready():
+            with contextlib.suppress(OSError):  # whole or not at all: the grader reads it as soon as it exists
+                part = kernel_note(scratch).with_name(kernel_note(scratch).name + ".part")
+                part.write_text(str(kernel))
+                os.replace(part, kernel_note(scratch))
+            announced = True
+        if group is not None and group.oom_kills() > ooms:
+            ooms = group.oom_kills()
+            with contextlib.suppress(OSError):
+                oom_note(scratch).write_text(str(ooms))
+            print(f"sandbox: over the memory limit of {memory_mb} MB (all its processes together); the OOM killer "
+                  f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
         if not killed:
             members = group.members() if group is not None else (_namespace_members(ns) if ns else [])
             why = ""
-            if len(members) > max_procs + (1 if group is not None else 0):  # the launcher may be in the group
+            if len(members) > max_procs + (1 if group is not None else 0):  # the sandbox's first process
                 why = f"more than {max_procs} processes"
             elif memory_bytes and _resident_bytes(members) > memory_bytes:
                 why = f"over the memory limit of {memory_bytes // 2**20} MB (all its processes together)"
+            elif disk is not None and disk.full():
+                why = f"over the disk limit of {cfg['disk_mb']} MB (all its files together)"
             if why:
-                if note is not None:
-                    with contextlib.suppress(OSError):
-                        note.write_text(why)
+                with contextlib.suppress(OSError):
+                    kill_note(scratch).write_text(why)
                 print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
-                os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills every process in it
+                with contextlib.suppress(OSError):  # PID 1 of the namespace: the kernel kills every process in it
+                    os.kill(kernel or child, signal.SIGKILL)
                 killed = True
+        wait_s = poll_s if announced or disk is None else 0.005  # the grader waits for the note to connect
         if tap is not None:
-            tap.drain(poll_s)
+            tap.drain(wait_s)
         else:
-            time.sleep(poll_s)
+            time.sleep(wait_s)
 
 
 def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:
@@ -382,11 +701,59 @@ def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:
     return cgroups.create(int(cfg["memory_mb"]) * 2**20)
 
 
+def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup | None, err_fd: int,
+             pid_fd: int) -> None:
+    """The launcher's child: joins the memory cgroup, drops to the kernel's uid, makes the namespaces and forks
+    their PID 1 (which builds the root and becomes the kernel), tells the launcher its pid, and waits for it.
+    Never returns."""
+    try:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if group is not None:
+            group.join()  # the kernel and everything it starts are counted together
+        flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
+        if plan.privileged:  # as root: no user namespace yet (PID 1 builds the root as root, then drops)
+            _unshare(flags)
+        else:  # a user namespace of the grader's uid; its root builds the new root
+            _unshare(CLONE_NEWUSER | flags)
+            _map_ids(plan.uid, plan.gid)
+        lifeline, held = os.pipe()  # this process holds one end: the kernel sees EOF on the other once it died
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.dup2(err_fd, 2)
+            os.close(err_fd)
+            os.close(pid_fd)
+            os.close(held)
+            try:
+                _enter(cfg, plan, lifeline)
+                os.execvp(cmd[0], cmd)
+            except OSError as err:  # the file it concerns, if any, is part of its text
+                print(f"sandbox: {err}", file=sys.stderr, flush=True)
+            os._exit(70)
+        os.close(lifeline)
+        os.close(err_fd)
+        os.write(pid_fd, str(pid).encode())
+        os.close(pid_fd)
+        while True:
+            try:
+                status = os.waitpid(pid, 0)[1]
+                break
+            except InterruptedError:
+                continue
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(code if code >= 0 else 128 - code)
+    except BaseException as err:
+        with contextlib.suppress(BaseException):
+            print(f"sandbox: could not start the sandbox: {err}", file=sys.stderr, flush=True)
+        os._exit(70)
+
+
 def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     cmd = argv[argv.index("--") + 1:]
-    killed = kill_note(Path(cfg["scratch"]))
-    killed.unlink(missing_ok=True)
+    scratch = Path(cfg["scratch"])
+    for note in (kill_note(scratch), kernel_note(scratch), oom_note(scratch)):
+        note.unlink(missing_ok=True)
     # If the grader dies (killed, out of memory), so does this launcher, and with it the kernel (PDEATHSIG too):
     # no student code outlives the run that started it.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -396,49 +763,29 @@ def main(argv: list[str]) -> int:
     group = _memory_group(cfg)
     if group is not None:
         # The grader removes the group if this launcher is killed before it can (the note is read with care).
-        cgroup_note(Path(cfg["scratch"])).write_text(str(group.path))
-        group.join()  # the kernel and everything it starts are counted together
-    uid, gid = os.getuid(), os.getgid()
-    _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS)
-    _map_ids(uid, gid)
+        cgroup_note(scratch).write_text(str(group.path))
+    plan = _Plan.make(cfg)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts go to the kernel (same process group)
-    import tempfile
-
-    new_root = tempfile.mkdtemp(prefix=".sandbox-root-")
     read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.dup2(write_end, 2)
+    pid_read, pid_write = os.pipe()
+    child = os.fork()
+    if child == 0:
         os.close(read_end)
-        os.close(write_end)
-        try:
-            _enter(cfg, new_root)
-        except OSError as err:
-            print(f"sandbox: {err}", file=sys.stderr, flush=True)
-            os._exit(70)
-        os.execvp(cmd[0], cmd)
+        os.close(pid_read)
+        _sandbox(cfg, cmd, plan, group, write_end, pid_write)
     os.close(write_end)
-    kept = False
-    if group is not None:
-        try:
-            group.leave()
-        except OSError:
-            kept = True  # this launcher stays in the group; the grader removes it after the launcher exits
+    os.close(pid_write)
     tap = _StderrTap(read_end)
-    memory_bytes = None if group is not None else int(cfg.get("memory_mb") or 0) * 2**20 or None
-    status = _watch(pid, int(cfg.get("max_procs", 128)), memory_bytes, tap, group, note=killed)
+    with os.fdopen(pid_read, "rb") as said:
+        told = said.read(32)  # the kernel's pid, or nothing if the sandbox could not be made
+    kernel = int(told) if told.strip().isdigit() else 0
+    status = _watch(child, kernel, cfg, tap, group)
     tap.close()
+    kernel_note(scratch).unlink(missing_ok=True)
     if group is not None:
-        if group.oom_kills():
-            print(f"sandbox: over the memory limit of {cfg['memory_mb']} MB (all its processes together); "
-                  "the kernel's OOM killer stopped a process", file=sys.stderr, flush=True)
-        if not kept:
-            group.remove()
-            with contextlib.suppress(OSError):
-                cgroup_note(Path(cfg["scratch"])).unlink()
-    with contextlib.suppress(OSError):
-        os.rmdir(new_root)
+        group.remove()
+        with contextlib.suppress(OSError):
+            cgroup_note(scratch).unlink()
     if status is None:
         return 0
     return os.waitstatus_to_exitcode(status) if status else 0
@@ -456,9 +803,25 @@ def kill_note(scratch: Path) -> Path:
     return scratch.parent / f".{scratch.name}.killed"
 
 
+def kernel_note(scratch: Path) -> Path:
+    """Where a launcher notes the kernel's host pid once its root is built (the grader reaches the kernel's
+    sockets, in its own tmpfs, through ``/proc/PID/root``)."""
+    return scratch.parent / f".{scratch.name}.pid"
+
+
+def oom_note(scratch: Path) -> Path:
+    """Where a launcher counts the processes of its sandbox that the OOM killer stopped (the kernel goes on if
+    it was a child)."""
+    return scratch.parent / f".{scratch.name}.oom"
+
+
+def remove_notes(scratch: Path) -> None:
+    for note in (kill_note(scratch), kernel_note(scratch), oom_note(scratch)):
+        note.unlink(missing_ok=True)
+
+
 def remove_left_cgroup(scratch: Path) -> None:
-    """Remove the memory cgroup of a launcher that was killed (the grader closes kernels with SIGKILL) or could
-    not leave it (see main)."""
+    """Remove the memory cgroup of a launcher that was killed (the grader closes kernels with SIGKILL)."""
     note = cgroup_note(scratch)
     with contextlib.suppress(OSError, ValueError):
         path = Path(note.read_text()[:4096]).resolve()

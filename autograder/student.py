@@ -23,7 +23,7 @@ from pathlib import Path
 
 from autograder import align, submissions
 from autograder.judge import Judge, Verdict
-from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+from autograder.kernel import KernelDied, KernelSession, KernelStartFailed, KernelTimedOut, Limits
 from autograder.pool import KernelPool
 from autograder.results import SEVERITY, Status, StudentResult
 from autograder.surface import Surface
@@ -203,14 +203,25 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
             blame[0] = step.eid
             verdict = judge.judge(step.eid)
             if not session.alive():
-                raise KernelDied("the kernel died")
+                raise KernelDied(session.death())
             out.record(step.eid, verdict)
+        memory_kills(session, out, blame[0], lim.memory_mb)
     return True
+
+
+def memory_kills(session: KernelSession, out: Outcome, culprit: str | None, memory_mb: int) -> None:
+    """Say in the row when the memory cgroup's OOM killer stopped a process of the kernel's (a child the student
+    started: the kernel itself goes on, the child's work is lost)."""
+    n = session.new_oom_kills()
+    if n:
+        what = f"{n} process{'es' if n > 1 else ''}" + (f" started in {culprit}" if culprit else "")
+        out.note(f"{what} stopped: over the memory limit of {memory_mb} MB (all processes together)")
 
 
 def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, deadline: float,
                 student_log: Path) -> None:
     """Judge the exercises of ``group`` in a kernel of their own, replacing it when it dies."""
+    start_failures = 0
     for attempt in range(MAX_RESTARTS + 1):
         session = None
         blame: list[str | None] = [None]
@@ -223,6 +234,15 @@ def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, de
         except TimeoutError:
             out.worsen(Status.TIMED_OUT)
             out.note(f"notebook time limit ({shared.limits.notebook_timeout_s:.0f} s) reached")
+            return
+        except KernelStartFailed as err:  # from take: no kernel, nothing of the student's ran
+            with contextlib.suppress(OSError), open(student_log, "a") as log:
+                log.write(f"grader: could not start a kernel for {', '.join(sorted(group.exercises))}: {err}\n")
+            start_failures += 1
+            if start_failures < 2 and deadline > time.monotonic():
+                continue  # once more: a kernel that failed to start says nothing about this student
+            out.worsen(Status.CRASHED)
+            out.note(f"the grader could not start a kernel (not your code; tell your instructor): {err}"[:300])
             return
         except KernelDied as err:
             timed_out = isinstance(err, KernelTimedOut)

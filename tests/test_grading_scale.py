@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import re
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -204,6 +205,27 @@ def roofline_bounds(flops, num_bytes, flops_per_s, bytes_per_s):
 """})
 # Hostile finding 2: a reply far over the channel's cap costs its exercise only.
 BIG_REPLY = _nb(**{GPU: "def gpu_critical_batch(a, b):\n    return [0.5] * 20_000_000\n"})
+# Issue 19, class 2: three processes write 96 MB in 96 files into the scratch folder, /tmp and /dev/shm; the disk
+# limit is 64 MB for all of a kernel's files together.
+DISK_HOG = _nb(**{MIXED: """
+import os
+kids = []
+for i, folder in enumerate((".", "/tmp", "/dev/shm")):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for n in range(32):
+                with open(f"{folder}/diskhog-{i}-{n}", "wb") as f:
+                    f.write(b"x" * 2**20)
+        except OSError:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+import time
+time.sleep(3)
+""" + SOL[f"{MIXED}-answer"]})
 FORK_BOMB = _nb(**{MIXED: "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"})
 
 ROSTER = """student,name,id,email
@@ -220,6 +242,7 @@ crash,Cra Sh,1012,cr@uni.edu
 forker,For Ker,1017,fk@uni.edu
 switcher,Swit Cher,1018,sw@uni.edu
 bigreply,Big Reply,1019,br@uni.edu
+diskhog,Disk Hog,1020,dh@uni.edu
 dave,Dave Invalid,1013,d@uni.edu
 erin,Erin Wrong,1014,e@uni.edu
 frank,Frank Partial,1015,fr@uni.edu
@@ -253,6 +276,7 @@ def run(tmp_path_factory):
     files["ker_1017_5017_01_rooflines.ipynb"] = (w(FORK_BOMB), t0)
     files["swit_1018_5018_01_rooflines.ipynb"] = (w(SWITCH_OFF), t0)
     files["reply_1019_5019_01_rooflines.ipynb"] = (w(BIG_REPLY), t0)
+    files["dhog_1020_5020_01_rooflines.ipynb"] = (w(DISK_HOG), t0)
     files["invalid_1013_5013_01_rooflines.ipynb"] = ("{ this is not json", t0)
     ch2 = nbformat.read(course.CHAPTERS / "02_tpus.ipynb", as_version=4)
     files["wrong_1014_5014_01_rooflines.ipynb"] = (w(ch2), t0)  # named for ch 1, but is chapter 2
@@ -270,7 +294,7 @@ def run(tmp_path_factory):
     roster.write_text(ROSTER)
     start = time.perf_counter()
     results = grade.grade(archive, CH, out, roster=roster, workers=2, cell_timeout_s=10, notebook_timeout_s=120,
-                          memory_mb=6144, max_output_bytes=200_000)
+                          memory_mb=6144, disk_mb=64, max_output_bytes=200_000)
     seconds = time.perf_counter() - start
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
     yield {r.student: r for r in results}, rows, out, tmp, archive, roster, seconds, canary, outside
@@ -425,3 +449,16 @@ def test_an_oversized_reply_costs_only_its_exercise(run):
     b = res["bigreply"]
     assert b.exercises[GPU] == 0 and b.score == FULL - res["alice"].exercises[GPU], (b.detail, b.messages)
 
+
+
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+def test_a_disk_hog_is_stopped_at_the_limit_and_costs_only_its_exercise(run):
+    """Issue 19, class 2: all of a kernel's files (every process, scratch, /tmp and /dev/shm) count against one
+    limit; past it the kernel is stopped, the row says why, and none of the files reached the host's disk."""
+    res, rows, out, tmp, *_ = run
+    d = res["diskhog"]
+    assert d.status == "crashed" and d.exercises[MIXED] == 0, (d.detail, d.messages)
+    assert "over the disk limit of 64 MB" in d.detail and "over the disk limit of 64 MB" in rows["diskhog"]["detail"]
+    assert d.score == FULL - res["alice"].exercises[MIXED]
+    assert res["alice"].score == FULL
+    assert not list(tmp.rglob("diskhog-*")) and not list(Path(tempfile.gettempdir()).glob("grade-*/**/diskhog-*"))

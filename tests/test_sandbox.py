@@ -7,6 +7,8 @@ process; finding 7's first half: a flood written to the kernel's own stderr stay
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -35,11 +37,11 @@ print([os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in kids], flush=True
 """
 
 
-def _sandboxed(tmp_path, code: str, **cfg) -> subprocess.CompletedProcess:
+def _sandboxed(tmp_path, code: str, args: tuple[str, ...] = (), **cfg) -> subprocess.CompletedProcess:
     scratch = tmp_path / "scratch"
     scratch.mkdir(exist_ok=True)
     config = json.dumps({"scratch": str(scratch), **cfg})
-    return subprocess.run([sys.executable, "-m", "autograder.sandbox", config, "--", sys.executable, "-c", code],
+    return subprocess.run([sys.executable, "-m", "autograder.sandbox", config, "--", sys.executable, "-c", code, *args],
                           capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -180,3 +182,318 @@ def test_sweep_removes_only_empty_groups_of_launchers_that_are_gone():
         mine.remove()
         if orphan.exists():
             orphan.rmdir()
+
+
+# Issue 19, class 1: whoever runs the grader, student code has no privilege over the host. Each escape is tried
+# for real; the host setting it would change is read before and after.
+SYSCTL = Path("/proc/sys/kernel/printk_ratelimit_burst")  # harmless if an escape wrote it (restored below)
+ESCAPES = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+done = {"usr_owned_by_host_root": os.stat("/usr").st_uid == 0, "dev": sorted(os.listdir("/dev"))}
+try:
+    with open("/proc/sys/kernel/printk_ratelimit_burst", "w") as f:
+        f.write(str(int(sys.argv[1]) + 7))
+    done["sysctl"] = "written"
+except OSError as err:
+    done["sysctl"] = str(err)
+try:
+    os.close(os.open("/dev/kvm", os.O_RDWR))
+    done["kvm"] = "opened"
+except OSError as err:
+    done["kvm"] = str(err)
+# The memory limit: a cgroup namespace of its own, the hierarchies mounted, every limit raised; then more than
+# the limit held in a child.
+raised = []
+if libc.unshare(0x10000000 | 0x00020000 | 0x02000000) == 0:
+    open("/proc/self/setgroups", "w").write("deny")
+    open("/proc/self/uid_map", "w").write("0 0 1")
+    open("/proc/self/gid_map", "w").write("0 0 1")
+    for fstype, data in (("cgroup", b"memory"), ("cgroup2", None)):
+        at = f"/tmp/{fstype}"
+        os.makedirs(at, exist_ok=True)
+        if libc.mount(fstype.encode(), at.encode(), fstype.encode(), 0, data) == 0:
+            for folder, _, files in os.walk(at):
+                for f in files:
+                    if f in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes", "memory.max"):
+                        try:
+                            open(os.path.join(folder, f), "w").write(str(16 * 2**30))
+                            raised.append(f)
+                        except OSError:
+                            pass
+    done["namespace"] = "made"
+else:
+    done["namespace"] = os.strerror(ctypes.get_errno())
+done["raised"] = raised
+pid = os.fork()
+if pid == 0:
+    block = bytearray(500 * 2**20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    os._exit(0)
+done["held_500_mb"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+print(json.dumps(done))
+"""
+
+
+def _escapes(run: subprocess.CompletedProcess) -> dict:
+    assert run.stdout.strip(), run.stderr
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _assert_confined(done: dict) -> None:
+    assert not done["usr_owned_by_host_root"]  # the host's root is nobody inside: the student is not it
+    assert "Read-only file system" in done["sysctl"] or "Permission denied" in done["sysctl"], done["sysctl"]
+    assert set(done["dev"]) <= {"null", "zero", "full", "random", "urandom", "shm", "fd", "stdin", "stdout",
+                                "stderr"}, done["dev"]
+    assert "No such file" in done["kvm"], done["kvm"]
+    assert done["raised"] == [] and done["namespace"] != "made", done
+    assert not done["held_500_mb"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the grader as root: CI's case")
+def test_student_code_run_by_a_root_grader_has_no_privilege_over_the_host(tmp_path):
+    if cgroups.available():
+        pytest.skip(cgroups.available())
+    before = SYSCTL.read_text()
+    try:
+        run = _sandboxed(tmp_path, ESCAPES, memory_mb=300, args=(before.strip(),))
+        done = _escapes(run)
+        assert SYSCTL.read_text() == before
+    finally:
+        if SYSCTL.read_text() != before:
+            SYSCTL.write_text(before)
+    _assert_confined(done)
+
+
+def test_student_code_run_by_an_unprivileged_grader_has_no_privilege_over_the_host(tmp_path):
+    """The grader as an ordinary user (nobody here): the kernel runs as that uid, in user namespaces of its own,
+    with no memory cgroup (an unprivileged user may make none on cgroup v1): the launcher polls memory instead."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user for the test")
+    import shutil
+    import tempfile
+
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) is not installed")
+    before = SYSCTL.read_text()
+    home = Path(tempfile.mkdtemp(prefix="sandbox-nobody-"))
+    try:
+        home.chmod(0o755)
+        (home / "scratch").mkdir()
+        for p in (home, home / "scratch"):
+            os.chown(p, 65534, 65534)
+        config = json.dumps({"scratch": str(home / "scratch"), "memory_mb": 300})
+        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                              "autograder.sandbox", config, "--", sys.executable, "-c", ESCAPES, before.strip()],
+                             capture_output=True, text=True, timeout=120, check=False,
+                             cwd=str(Path(__file__).parents[1]))
+        if "Operation not permitted" in run.stderr and not run.stdout:
+            pytest.skip(f"no user namespaces for an unprivileged user here: {run.stderr.strip()[-200:]}")
+        done = _escapes(run)
+        assert SYSCTL.read_text() == before
+    finally:
+        if SYSCTL.read_text() != before:
+            SYSCTL.write_text(before)
+        shutil.rmtree(home, ignore_errors=True)
+    _assert_confined(done)
+
+
+GRADER_AS_NOBODY = """
+import sys
+from pathlib import Path
+from autograder.kernel import KernelSession, Limits
+d = Path(sys.argv[1]) / "grading"
+d.mkdir()
+s = KernelSession(d / "scratch", Limits(memory_mb=1024, disk_mb=16), d / "log")
+try:
+    r = s.run("import os\\nprint(os.stat('/usr').st_uid)", timeout=60)  # the host's root: nobody inside
+    print(r.ok, s.output)
+finally:
+    s.close()
+print(sorted(p.name for p in d.iterdir()), sorted(p.name for p in (d / "scratch").iterdir()))
+"""
+
+
+def test_an_unprivileged_grader_reaches_its_kernels_sockets_and_cleans_up(tmp_path):
+    """As nobody, the grader reaches the kernel's sockets in the kernel's own tmpfs through /proc/PID/root, and
+    leaves nothing beside the scratch folder."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to become another user for the test")
+    home = Path(tempfile.mkdtemp(prefix="sandbox-nobody-"))
+    try:
+        home.chmod(0o755)
+        os.chown(home, 65534, 65534)
+        run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              GRADER_AS_NOBODY, str(home)], capture_output=True, text=True, timeout=120, check=False,
+                             cwd=str(Path(__file__).parents[1]), env={**os.environ, "HOME": str(home)})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    ran, left = run.stdout.strip().splitlines()[-2:]
+    assert ran == "True ['65534\\n']", run.stdout
+    assert left == "['log', 'scratch'] []", left
+
+
+def test_doctor_probes_each_property_from_inside_and_fails_loudly(capsys, monkeypatch):
+    from autograder.__main__ import main
+
+    checks = {c.name: c for c in sandbox.host_checks()}
+    for name in ("host uid", "/proc/sys", "devices", "own limits"):
+        assert checks[name].required and checks[name].ok, checks[name]
+    # What the probe finds in a sandbox that maps the student to the host's root and shows the host's /dev:
+    broken = {"usr_owner": 0, "dev": ["kvm", "null", "sda"], "sysctl_writable": ["/proc/sys/kernel/core_pattern"],
+              "devices_opened": ["kvm"], "rlimit_raised": False, "uid": 0,
+              "limits_raised": ["/tmp/cgroup/memory.limit_in_bytes"], "cgroup_attempt": "namespace made"}
+    monkeypatch.setattr(sandbox, "confinement", lambda: broken)
+    assert main(["doctor"]) == 1
+    printed = capsys.readouterr().out
+    for text in ("FAIL  host uid: student code is host root", "FAIL  /proc/sys: 1 kernel settings writable",
+                 "FAIL  devices: device nodes beyond null/zero/full/random/urandom inside: kvm, sda",
+                 "FAIL  own limits: student code may raise its own limits: /tmp/cgroup/memory.limit_in_bytes"):
+        assert text in printed, printed
+
+
+# Issue 19, class 2: one bound on all of a kernel's files (scratch, /tmp, /dev/shm; every process), kept off the
+# host's disk; past it the kernel is stopped and says why.
+DISK_HOG = """
+import os
+kids = []
+for i, folder in enumerate((".", "/tmp", "/dev/shm")):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for n in range(24):
+                with open(f"{folder}/hog-{i}-{n}", "wb") as f:
+                    f.write(b"x" * 2**20)
+        except OSError:
+            pass
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+import time
+time.sleep(5)
+"""
+
+
+def test_a_kernel_past_its_disk_limit_is_stopped_and_leaves_nothing(tmp_path):
+    from autograder.kernel import KernelDied, KernelSession, Limits
+
+    scratch = tmp_path / "scratch"
+    session = KernelSession(scratch, Limits(memory_mb=0, disk_mb=32), tmp_path / "kernel.log")
+    try:
+        assert session.run("open('small', 'w').write('fits')", timeout=60).ok
+        assert sorted(p.name for p in scratch.iterdir()) == ["kernel.json"]  # the kernel's files: not on the host
+        with pytest.raises(KernelDied, match="over the disk limit of 32 MB"):
+            session.run(DISK_HOG, timeout=60)  # 72 MB in 72 files from three processes
+        assert "over the disk limit of 32 MB" in session.log_tail()
+    finally:
+        session.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kernel.log", "scratch"]  # no note left beside it
+    assert sorted(p.name for p in scratch.iterdir()) == []  # the connection file went with the kernel
+
+
+def test_a_sandbox_killed_outright_leaves_nothing_in_the_temporary_folder(tmp_path):
+    """The grader closes kernels with SIGKILL to the launcher: no folder of the sandbox's is left (it used to leave
+    an empty .sandbox-root-* per kernel in TMPDIR), nor any process."""
+    import signal
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    config = json.dumps({"scratch": str(scratch), "memory_mb": 0})
+    launcher = subprocess.Popen([sys.executable, "-m", "autograder.sandbox", config, "--", sys.executable, "-c",
+                                 "import time; open('/tmp/x', 'w').write('x'); time.sleep(600)"],
+                                env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        note = sandbox.kernel_note(scratch)
+        for _ in range(600):
+            if note.exists():
+                break
+            time.sleep(0.05)
+        kernel = int(note.read_text())
+        for _ in range(600):  # the kernel has written its file (in its own /tmp)
+            if Path(f"/proc/{kernel}/root/tmp/x").exists():
+                break
+            time.sleep(0.05)
+        assert Path(f"/proc/{kernel}/root/tmp/x").read_text() == "x"
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    for _ in range(100):
+        if not Path(f"/proc/{kernel}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{kernel}").exists()
+    assert list(temp.iterdir()) == [] and not Path("/tmp/x").exists()
+
+
+# Issue 19, class 9: faults said as what they are.
+def test_a_kernel_that_cannot_start_is_said_so_in_the_row_and_log(tmp_path):
+    """Far too little memory for Python: the pool's starter says so (and survives), the student's row and log say
+    the grader could not start a kernel, and nothing of the attempt is left."""
+    from types import SimpleNamespace
+
+    from autograder import student
+    from autograder.kernel import KernelStartFailed, Limits
+    from autograder.pool import Flavour, KernelPool
+    from autograder.results import Status
+
+    limits = Limits(memory_mb=24)
+    (tmp_path / "logs").mkdir()
+    pool = KernelPool(limits, tmp_path / "scratch", tmp_path / "logs", {"k": Flavour("k", None, "")}, ahead=1)
+    try:
+        pool.expect(["k", "k"])
+        with pytest.raises(KernelStartFailed, match="kernel did not start"):
+            pool.take("k")
+        assert all(t.is_alive() for t in pool._threads)  # the starter goes on (it started the second one)
+        shared = SimpleNamespace(pool=pool, limits=limits)
+        group = student.Group(SimpleNamespace(key="k"), frozenset({"ex1"}), 0)
+        out = student.Outcome(["ex1"])
+        log = tmp_path / "logs" / "student.kernel.log"
+        student.grade_group(shared, group, None, out, time.monotonic() + 60, log)
+    finally:
+        pool.close()
+    assert out.status is Status.CRASHED
+    assert out.problems[0].startswith("the grader could not start a kernel (not your code; tell your instructor): "
+                                      "kernel did not start"), out.problems
+    assert "flush of closed file" not in out.problems[0]
+    assert "could not start a kernel for ex1" in log.read_text()
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["student.kernel.log"]
+    assert not (tmp_path / "scratch").exists() or not list((tmp_path / "scratch").iterdir())
+
+
+OOM_CHILD = """
+import subprocess, sys
+code = "b = bytearray(200 * 2**20)\\nfor i in range(0, len(b), 4096):\\n    b[i] = 1\\nimport time; time.sleep(3)"
+kids = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(3)]
+print(sorted(k.wait() for k in kids))
+"""
+
+
+def test_a_child_killed_by_the_memory_limit_is_said_in_the_row_and_log(tmp_path):
+    """Three children of 200 MB under a 400 MB limit for the whole sandbox: the OOM killer stops one; the kernel
+    goes on, and the row and the log say what happened."""
+    from autograder import student
+    from autograder.kernel import KernelSession, Limits
+
+    if cgroups.available():
+        pytest.skip(cgroups.available())
+    session = KernelSession(tmp_path / "scratch", Limits(memory_mb=400), tmp_path / "kernel.log")
+    try:
+        run = session.run(OOM_CHILD, timeout=60)
+        assert run.ok, run.error
+        assert "-9" in session.output[-1], session.output  # one child was killed
+        out = student.Outcome(["ex1"])
+        student.memory_kills(session, out, "ex1", 400)
+        assert session.alive()
+    finally:
+        session.close()
+    assert out.problems and re.match(r"\d process(es)? started in ex1 stopped: over the memory limit of 400 MB",
+                                     out.problems[0]), out.problems
+    assert "the OOM killer stopped a process" in (tmp_path / "kernel.log").read_text()
