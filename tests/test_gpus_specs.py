@@ -25,6 +25,12 @@ def test_counts_follow_from_sms_and_subpartitions():
     assert h.resident_warps(256) == 8 and h.resident_warps(64) == 32
 
 
+def test_an_elementwise_kernel_fills_one_sm_per_128_items_up_to_all_of_them():
+    h = gs.H100
+    assert [h.sms_used(n) for n in (1, 128, 129, 1024, 2**30)] == [1, 1, 2, 8, 132]
+    assert h.sms / h.sms_used(1024) == pytest.approx(16.5)  # the book's "roughly 16x longer" for N = 1024
+
+
 def test_memories_are_binary_sizes():
     assert gs.H100.smem_bytes == gs.H100.register_bytes == 132 * 256 * 1024
     assert gs.B200.tmem_per_sm_bytes == 256 * 1024 and gs.H100.tmem_per_sm_bytes == 0
@@ -71,6 +77,7 @@ def test_the_v5p_has_about_half_the_independent_alus_of_an_h100():
     (lambda: gs.H100.critical_intensity("fp16"), "precision must be"),
     (lambda: gs.V100.critical_intensity("fp8"), "no fp8"),
     (lambda: gs.H100.resident_warps(0), "positive int"),
+    (lambda: gs.H100.sms_used(0), "elements must be a positive int"),
     (lambda: gs.H100.vector_flops_per_s(clock_hz=-1.0), "clock_hz"),
     (lambda: gs.get_gpu("H300"), "unknown GPU"),
 ])

@@ -119,6 +119,13 @@ class GpuSpec:
         clock = self.boost_clock_hz if clock_hz is None else positive("clock_hz", clock_hz)
         return self.cuda_cores * clock * (FLOPS_PER_FMA if fma else 1)
 
+    def sms_used(self, elements: int) -> int:
+        """SMs an elementwise kernel of ``elements`` items keeps busy with one item per CUDA core: at most every SM
+        (1024 fp32 items fill only 8 of an H100's 132 SMs; the book's Quiz 1, Q7)."""
+        if not (isinstance(elements, int) and not isinstance(elements, bool) and elements >= 1):
+            raise ValueError(f"elements must be a positive int, got {elements!r}")
+        return min(-(-elements // self.fp32_cores_per_sm), self.sms)
+
     def clock_from_vector_flops(self, fma_flops_per_s: float) -> float:
         """The clock that a datasheet's FMA-counted vector FLOPs/s implies (the book's Quiz 1, Q6)."""
         return positive("fma_flops_per_s", fma_flops_per_s) / (self.cuda_cores * FLOPS_PER_FMA)
