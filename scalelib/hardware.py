@@ -16,9 +16,11 @@ number; point-to-point transfers and axes without wraparound use the one-way num
 
 Where the book gives two values for one quantity we keep the value of its spec table and list
 the other in ``BOOK_VARIANTS`` so a notebook can show both (see ``variant``).
-GPU figures the book does not give (H200, B200, and NVLink / PCIe / network bandwidth of the
-H100) come from NVIDIA's public datasheets (dense, i.e. without structured sparsity); they are
-marked ``source="datasheet"``.
+GPU chip figures come from the book's GPU part (its spec tables for A100, H100, H200 and B200, its NVLink
+table, and Appendix A for GB200 NVL72); the few it does not give (PCIe, the H100's exact 989 TFLOPs/s)
+come from NVIDIA's public datasheets (dense, i.e. without structured sparsity) and say so in ``source``.
+What only GPUs have (SMs, CUDA cores, SMEM, L2, clocks) lives in :mod:`scalelib.gpus.specs`, on top of
+these records.
 """
 
 from __future__ import annotations
@@ -199,22 +201,40 @@ H200 = dataclasses.replace(
 B200 = Chip(
     name="B200", family="gpu",
     bf16_flops_per_s=2.25e15, int8_ops_per_s=4.5e15,
-    hbm_bytes=180e9, hbm_bytes_per_s=7.7e12,
+    hbm_bytes=192e9, hbm_bytes_per_s=8.0e12,
     ici_one_way_bytes_per_s=9.0e11, ici_links=18, torus=False,
     pod_shape=(8,), host_shape=(8,), cores_per_chip=148,
     pcie_bytes_per_s=6.4e10, dcn_bytes_per_s_per_host=8 * 5e10,
-    wraparound_rule="switched", source="datasheet",
+    wraparound_rule="switched", source="book (GPU part)+datasheet",
+)
+# The book's GPU part (spec tables, NVLink table): an A100 node joins 8 GPUs with 12 NVLink 3 ports each.
+A100 = Chip(
+    name="A100", family="gpu",
+    bf16_flops_per_s=3.1e14, int8_ops_per_s=6.2e14,
+    hbm_bytes=80e9, hbm_bytes_per_s=2.0e12,
+    ici_one_way_bytes_per_s=3.0e11, ici_links=12, torus=False,
+    pod_shape=(8,), host_shape=(8,), cores_per_chip=108,
+    pcie_bytes_per_s=3.2e10, dcn_bytes_per_s_per_host=8 * 2.5e10,
+    wraparound_rule="switched", source="book (GPU part)+datasheet",
+)
+# GB200 NVL72 (the GPU part's Appendix A): B200 GPUs in one 72-GPU NVLink domain, 8 GPUs per CPU host,
+# one 400 Gb/s NIC per GPU, so the domain egresses 72 x 50 GB/s = 3.6 TB/s into the scale-out network.
+GB200 = dataclasses.replace(
+    B200, name="GB200", pod_shape=(72,), source="book (GPU part, Appendix A)",
 )
 
 # Section 2: VMEM feeds the MXUs about 22x faster than HBM does.
 VMEM_TO_HBM_BANDWIDTH_RATIO = 22.0
 # Section 2, VPU: a vector register is 8 sublanes x 128 lanes, with 2 ALUs per (sublane, lane).
 VPU_SUBLANES, VPU_LANES, VPU_ALUS_PER_LANE = 8, 128, 2
+# v5 doubles that: it adds 4 pairs of f32 per (sublane, lane) each cycle (section 2), the "4 independently
+# programmable 8x128 units" of the GPU part's comparison.
+VPU_ALUS_PER_LANE_V5 = 4
 
 
-def vpu_alus() -> int:
-    """Floating-point ALUs of one TensorCore's VPU (v4 and later)."""
-    return VPU_SUBLANES * VPU_LANES * VPU_ALUS_PER_LANE
+def vpu_alus(alus_per_lane: int = VPU_ALUS_PER_LANE) -> int:
+    """Floating-point ALUs of one TensorCore's VPU (v4 by default; ``VPU_ALUS_PER_LANE_V5`` for v5)."""
+    return VPU_SUBLANES * VPU_LANES * alus_per_lane
 
 
 def mxu_flops_per_s(mxu_dim: int, clock_hz: float) -> float:
@@ -252,11 +272,12 @@ class CoreFigures:
 
 TPU_V2_CORE = CoreFigures(name="TPU v2 core", bf16_flops_per_s=23e12, ici_bidi_bytes_per_s=1.2e11)
 
-CHIPS: dict[str, Chip] = {c.name: c for c in (TPU_V3, TPU_V4P, TPU_V5P, TPU_V5E, TPU_V6E, H100, H200, B200)}
+CHIPS: dict[str, Chip] = {c.name: c for c in (TPU_V3, TPU_V4P, TPU_V5P, TPU_V5E, TPU_V6E, A100, H100, H200, B200,
+                                                GB200)}
 
 # Values the book uses elsewhere for the same quantity (section and reason). A chapter that
 # reproduces the book's own arithmetic uses ``variant(chip, field)``.
-BOOK_VARIANTS: dict[tuple[str, str], tuple[float, str]] = {
+BOOK_VARIANTS: dict[tuple[str, ...], tuple[float, str]] = {
     ("TPU v5e", "hbm_bytes_per_s"): (8.2e11, "section 1 uses 8.2e11 to reach 240 FLOPs/byte"),
     ("TPU v5p", "hbm_bytes_per_s"): (2.5e12, "section 2 prose"),
     ("TPU v5p", "bf16_flops_per_s"): (4.5e14, "section 5 and Solution 2.2 round to 4.5e14"),
@@ -265,14 +286,21 @@ BOOK_VARIANTS: dict[tuple[str, str], tuple[float, str]] = {
     ("TPU v5e", "int8_ops_per_s"): (4.0e14, "section 2 prose, rounded"),
     ("TPU v6e", "pcie_bytes_per_s"): (3.2e10, "section 2 footnote (Exercise 2.3 uses 1.5e10)"),
     ("H100", "bf16_flops_per_s"): (1.0e15, "Solution 1.5 halves the 1.979e15 sparse figure"),
+    # The GPU part rounds: its spec table and text use 990 TFLOPs/s for H100 and H200 (the datasheet: 989.4).
+    ("H100", "bf16_flops_per_s", "gpu part"): (9.9e14, "the GPU part's spec table and rooflines"),
+    ("H200", "bf16_flops_per_s", "gpu part"): (9.9e14, "the GPU part's spec table"),
+    ("H100", "hbm_bytes_per_s", "gpu part"): (3.4e12, "the GPU part's spec table (its text uses 3.35e12)"),
+    ("B200", "bf16_flops_per_s"): (2.3e15, "the GPU part's spec table and Quiz 1 Q4 (its text uses 2.25e15)"),
+    ("B200", "hbm_bytes_per_s"): (9.0e12, "the GPU part's memory section (its table and quizzes use 8e12)"),
 }
 
 
-def variant(chip: Chip, field: str) -> Chip:
-    """``chip`` with ``field`` set to the other value the book uses for it."""
-    key = (chip.name, field)
+def variant(chip: Chip, field: str, where: str | None = None) -> Chip:
+    """``chip`` with ``field`` set to the other value the book uses for it (``where``: which part, when the book
+    uses more than one other value, e.g. ``"gpu part"``)."""
+    key: tuple[str, ...] = (chip.name, field) if where is None else (chip.name, field, where)
     if key not in BOOK_VARIANTS:
-        known = sorted(f for (name, f) in BOOK_VARIANTS if name == chip.name)
+        known = sorted(" ".join(k[1:]) for k in BOOK_VARIANTS if k[0] == chip.name)
         raise KeyError(
             f"the book gives no second value for {chip.name}.{field}; "
             f"fields with a variant for this chip: {known or 'none'}"

@@ -77,3 +77,23 @@ def two_chip_matmul_plot(batch: int, f: int, ds: Sequence[int], flops_per_s: flo
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return ax
+
+
+def fat_tree_bandwidths(levels: Sequence[Any], ax: Any = None) -> Any:
+    """One group per level of a switched tree (``scalelib.gpus.fabric.TreeLevel``, e.g. ``SuperPod.levels()``): the
+    bandwidth of one unit's switches and of the cables into it as bars, and the ring collective bandwidth a child
+    sees at that level, ``D W / (D - 1)``, as a dot (log scale, bytes/s one direction)."""
+    ax = _axes(ax)
+    if not levels:
+        raise ValueError("levels is empty: pass the levels of a tree, e.g. fabric.H100_SUPERPOD.levels()")
+    x = np.arange(len(levels))
+    ax.bar(x - 0.2, [lv.switch_bytes_per_s for lv in levels], 0.4, label="switches of one unit")
+    ax.bar(x + 0.2, [lv.cable_bytes_per_s for lv in levels], 0.4, label="links into one unit")
+    ax.plot(x, [lv.collective_bytes_per_s for lv in levels], "ko", label="ring collective bandwidth of one child")
+    ax.set_yscale("log")
+    ax.set_xticks(x)
+    ax.set_xticklabels([f"{lv.name}\n{lv.gpus} GPUs, {lv.degree} children" for lv in levels])
+    ax.set_ylabel("bytes / s (one direction)")
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.legend(fontsize=8)
+    return ax

@@ -730,4 +730,147 @@ def min_hiding_dim(flops_per_s, link_bytes_per_s, dtype_bytes, axis_size):
     return axis_size * cm.hiding_width(chip, dtype_bytes=dtype_bytes)
 """,
     },
+    "11_gpus": {
+        "ch11-q1-1-alus": """
+def alu_counts(sms, subpartitions, cores_per_subpartition, tpu_tensorcores, sublanes, lanes, alus_per_lane):
+    gpu = dataclasses.replace(gs.H100, sms=sms, subpartitions_per_sm=subpartitions,
+                              fp32_cores_per_subpartition=cores_per_subpartition)
+    tpu = tpu_tensorcores * hw.vpu_alus(alus_per_lane)
+    return gpu.cuda_cores, tpu, tpu / gpu.cuda_cores
+""",
+        "ch11-q1-2-vector-flops": """
+def vector_vs_tensor(sms, subpartitions, cores_per_subpartition, clock_hz, tc_flops_per_s):
+    gpu = dataclasses.replace(gs.H100, sms=sms, subpartitions_per_sm=subpartitions,
+                              fp32_cores_per_subpartition=cores_per_subpartition)
+    return gpu.vector_flops_per_s(clock_hz), tc_flops_per_s / gpu.vector_flops_per_s(clock_hz)
+""",
+        "ch11-q1-3-intensity": """
+def critical_intensities(bf16_flops_per_s, fp8_flops_per_s, hbm_bytes_per_s):
+    chip = dataclasses.replace(hw.H100, bf16_flops_per_s=bf16_flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
+    gpu = dataclasses.replace(gs.H100, chip=chip, fp8_flops_per_s=fp8_flops_per_s)
+    return gpu.critical_intensity("bf16"), gpu.critical_intensity("fp8")
+""",
+        "ch11-q1-4-matmul-time": """
+def matmul_time_s(batch, d, f, flops_per_s, hbm_bytes_per_s):
+    cost = rl.matmul_cost(batch, d, f)
+    t = rl.roofline_time(cost.flops, cost.bytes, flops_per_s, hbm_bytes_per_s)
+    return t.lower_bound_s, t.bound == "compute"
+""",
+        "ch11-q1-5-on-chip": """
+def on_chip_bytes(sms, smem_per_sm_bytes, subpartitions, registers_per_subpartition):
+    gpu = dataclasses.replace(gs.H100, sms=sms, smem_per_sm_bytes=smem_per_sm_bytes, subpartitions_per_sm=subpartitions,
+                              register_file_per_sm_bytes=subpartitions * registers_per_subpartition * gs.REGISTER_BYTES)
+    return gpu.smem_bytes, gpu.register_bytes
+""",
+        "ch11-q1-6-clock": """
+def clock_from_fma_flops(fma_flops_per_s, sms, subpartitions, cores_per_subpartition):
+    gpu = dataclasses.replace(gs.B200, sms=sms, subpartitions_per_sm=subpartitions,
+                              fp32_cores_per_subpartition=cores_per_subpartition)
+    return gpu.clock_from_vector_flops(fma_flops_per_s)
+""",
+        "ch11-q1-7-vector-add": """
+def vector_add(n, hbm_bytes_per_s, clock_hz, sms, subpartitions, cores_per_subpartition):
+    gpu = dataclasses.replace(gs.H100, sms=sms, subpartitions_per_sm=subpartitions,
+                              fp32_cores_per_subpartition=cores_per_subpartition)
+    used = gpu.sms_used(n)
+    t_mem = rl.comms_time_s(rl.einsum_cost("n,n->n", {"n": n}, 4).bytes, hbm_bytes_per_s)
+    return t_mem, n / dataclasses.replace(gpu, sms=used).vector_flops_per_s(clock_hz), used
+""",
+        "ch11-q2-1-node-bw": """
+def node_bandwidth(gpus, links_per_gpu, link_bytes_per_s, switches, switch_ports):
+    nvlink = gs.NvlinkGeneration("x", "x", "x", link_bytes_per_s, links_per_gpu, (gpus,), (switches,))
+    node = fb.Node(dataclasses.replace(gs.H100, nvlink=nvlink), gpus=gpus, nvswitches=switches,
+                   nvswitch_ports=switch_ports, nics=1)
+    return node.switches_bytes_per_s, node.gpus_bytes_per_s, node.total_bytes_per_s
+""",
+        "ch11-q2-2-bisection": """
+def bisection_bytes_per_s(gpus, gpu_egress_bytes_per_s):
+    nvlink = gs.NvlinkGeneration("x", "x", "x", gpu_egress_bytes_per_s, 1, (gpus,), (1,))
+    return fb.Node(dataclasses.replace(gs.H100, nvlink=nvlink), gpus=gpus, nvswitches=1, nvswitch_ports=64,
+                   nics=1).bisection_bytes_per_s()
+""",
+        "ch11-q2-3-all-gather": """
+def node_all_gather(num_bytes, gpus, gpu_egress_bytes_per_s):
+    return (cc.ring_all_gather_s(num_bytes, gpus, gpu_egress_bytes_per_s),
+            cc.ring_all_gather_s(num_bytes, gpus, gpu_egress_bytes_per_s, exact=False))
+""",
+        "ch11-q3-1-fat-tree": """
+def fat_tree_per_node(nodes_per_su, sus, nics_per_node, link_bytes_per_s, leaves_per_su, spines,
+                      cables_per_leaf_spine, switch_ports):
+    node = fb.Node(gs.H100, gpus=8, nvswitches=4, nvswitch_ports=64, nics=nics_per_node, nic_bytes_per_s=link_bytes_per_s)
+    per = fb.SuperPod(node, nodes_per_su, sus, leaves_per_su, spines, cables_per_leaf_spine, switch_ports,
+                      link_bytes_per_s).per_node_bytes_per_s()
+    return per["node egress"], per["leaf"], per["spine cables"], per["spine switches"]
+""",
+        "ch11-q3-2-scale-out": """
+def scale_pod(gpus, gpus_per_su, leaves_per_su, leaf_up_ports, switch_ports):
+    base = fb.SuperPod(fb.H100_NODE, nodes_per_su=gpus_per_su // 8, sus=1, leaves_per_su=leaves_per_su,
+                       spines=leaf_up_ports, cables_per_leaf_spine=1, ib_switch_ports=switch_ports)
+    pod = base.scaled_to(gpus)
+    return pod.sus, pod.spines, pod.cables_per_leaf_spine, pod.spine_ports_used
+""",
+        "ch11-pop1-all-gather": """
+def all_gather_bf16(rows, cols, gpus, gpu_egress_bytes_per_s):
+    b = rl.array_bytes((rows, cols), 2)
+    return (cc.ring_all_gather_s(b, gpus, gpu_egress_bytes_per_s, exact=False),
+            cc.ring_all_gather_s(b, gpus, gpu_egress_bytes_per_s))
+""",
+        "ch11-pop2-all-to-all": """
+def all_to_all_bf16(rows, gpus, gpu_egress_bytes_per_s, k):
+    b = rl.array_bytes((rows, gpus), 2)
+    return (cc.all_to_all_s(b, gpus, gpu_egress_bytes_per_s), cc.all_to_all_s(b, gpus, gpu_egress_bytes_per_s, exact=False),
+            cc.all_to_all_s(b, gpus, gpu_egress_bytes_per_s, k=k, exact=False))
+""",
+        "ch11-pop3-sharded": """
+def sharded_all_gather(num_bytes, y, gpus_per_node, gpu_egress_bytes_per_s, node_egress_bytes_per_s):
+    nvlink = gs.NvlinkGeneration("x", "x", "x", gpu_egress_bytes_per_s, 1, (gpus_per_node,), (1,))
+    node = fb.Node(dataclasses.replace(gs.H100, nvlink=nvlink), gpus=gpus_per_node, nvswitches=1, nvswitch_ports=64,
+                   nics=1, nic_bytes_per_s=node_egress_bytes_per_s)
+    t = cc.sharded_reduction(num_bytes, y, node)
+    return t.node_s, t.scale_out_s, t.total_s
+""",
+        "ch11-q4-1-su-bytes": """
+def su_all_gather_bytes(m, n):
+    node, top = cc.su_all_gather_switch_bytes(m, n)
+    return node.ingress, node.egress, top.ingress, top.egress
+""",
+        "ch11-q4-2-sharp-bytes": """
+def sharp_all_reduce(num_bytes, n, gpu_egress_bytes_per_s):
+    sb = cc.sharp_all_reduce_switch_bytes(n)
+    return sb.ingress * num_bytes, sb.egress * num_bytes, cc.all_reduce_s(num_bytes, n, gpu_egress_bytes_per_s, sharp=True)
+""",
+        "ch11-q4-3-sharp-sharded": """
+def sharp_sharded_all_reduce_s(d, f, y, link_bytes_per_s):
+    return cc.all_reduce_s(rl.array_bytes((d, f), 2) / y, y, link_bytes_per_s, sharp=True)
+""",
+        "ch11-q4-4-spine": """
+def spine_sharp_all_reduce_s(num_bytes, leaves_per_su, spines, cables_per_leaf_spine, link_bytes_per_s):
+    pod = fb.SuperPod(fb.H100_NODE, leaves_per_su=leaves_per_su, spines=spines,
+                      cables_per_leaf_spine=cables_per_leaf_spine, ib_link_bytes_per_s=link_bytes_per_s)
+    return cc.all_reduce_s(num_bytes, pod.sus, pod.su_to_spine_bytes_per_s, sharp=True)
+""",
+        "ch11-q4-5-tree": """
+def tree_all_gather_s(num_bytes, degrees, link_bytes_per_s):
+    levels = [fb.TreeLevel(str(i), 0, d, w, 0.0, 0.0) for i, (d, w) in enumerate(zip(degrees, link_bytes_per_s))]
+    return cc.tree_all_gather_s(num_bytes, levels)
+""",
+        "ch11-q5-1-b200": """
+def b200_rooflines(flops_per_s, gpu_egress_bytes_per_s, node_egress_bytes_per_s):
+    return (pr.critical_intensity(flops_per_s, gpu_egress_bytes_per_s),
+            pr.dp_min_tokens_per_gpu(flops_per_s, node_egress_bytes_per_s))
+""",
+        "ch11-q5-2-llama": """
+def llama_plan(params, tokens, gpus, flops_per_s, mfu, hbm_bytes, ffw, gpu_egress_bytes_per_s):
+    state = tm.training_state_memory(params, param_bytes=2, grad_bytes=0, adam_moment_bytes=4).total_bytes
+    days = rl.compute_time_s(tf.six_n_train_flops(params, tokens), gpus * flops_per_s * mfu) / planner.SECONDS_PER_DAY
+    return (hw.min_chips_to_hold(state, dataclasses.replace(hw.H100, hbm_bytes=hbm_bytes)), days,
+            pr.tp_max_ways(ffw, flops_per_s, gpu_egress_bytes_per_s))
+""",
+        "ch11-q5-3-megatron": """
+def megatron_batch(batch_seqs, seq_len, gpus, model_parallel, flops_per_s, node_egress_bytes_per_s, gpus_per_node):
+    node = fb.Node(gs.H100, gpus=gpus_per_node, nvswitches=1, nvswitch_ports=64, nics=1,
+                   nic_bytes_per_s=node_egress_bytes_per_s)
+    return batch_seqs * seq_len / gpus, pr.model_parallel_dp_tokens_per_gpu(flops_per_s, node, model_parallel)
+""",
+    },
 }

@@ -27,9 +27,9 @@ def expected_value(entry: dict) -> tuple[float, float]:
 
 
 def coverage() -> dict[str, tuple[int, int]]:
-    """Covered / total entries for each reference file (chapters 1-5 and 6-10)."""
+    """Covered / total entries for each reference file (chapters 1-5, 6-10, and the GPU part, the book's 12)."""
     out = {}
-    for name, chapters in (("ch01-05", range(1, 6)), ("ch06-10", range(6, 11))):
+    for name, chapters in (("ch01-05", range(1, 6)), ("ch06-10", range(6, 11)), ("gpus", range(12, 13))):
         ids = [i for i, e in ENTRIES.items() if e["chapter"] in chapters]
         out[name] = (sum(i in REPRODUCERS for i in ids), len(ids))
     return out
@@ -55,3 +55,9 @@ def test_book_answer(entry_id):
 def test_chapter_1_fully_covered():
     missing = sorted(i for i, e in ENTRIES.items() if e["chapter"] == 1 and i not in REPRODUCERS)
     assert not missing, f"chapter 1 entries without a scalelib reproduction: {missing}"
+
+
+def test_gpu_part_fully_covered():
+    """Every entry of the book's GPU part with a formula is reproduced (course chapter 11)."""
+    missing = sorted(i for i, e in ENTRIES.items() if e["chapter"] == 12 and i not in REPRODUCERS)
+    assert not missing, f"GPU-part entries without a scalelib reproduction: {missing}"

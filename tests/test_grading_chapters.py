@@ -147,6 +147,17 @@ def speculative_accept(p, q, draft, u, v):  # redraws from the target itself aft
     return i, len(dist) - 1
 """,
     },
+    "11_gpus": {
+        "ch11-q2-3-all-gather-answer": PATCH_HELPERS + """
+def node_all_gather(num_bytes, gpus, gpu_egress_bytes_per_s):  # the book's slip: bisection instead of one GPU's egress
+    return num_bytes * (gpus - 1) / (gpus * gpu_egress_bytes_per_s), num_bytes / (gpus * gpu_egress_bytes_per_s)
+""",
+        "ch11-pop2-all-to-all-answer": PATCH_HELPERS + """
+def all_to_all_bf16(rows, gpus, gpu_egress_bytes_per_s, k):  # rows taken as bytes, as the book's slip did
+    approx = rows / (gpus * gpu_egress_bytes_per_s)
+    return approx * (gpus - 1) / gpus, approx, approx * min(k / gpus, 1.0)
+""",
+    },
     "05_training": {
         "ch05-dp-grad-reduce-answer": PATCH_HELPERS + """
 def reduce_grads(grads, axis):
