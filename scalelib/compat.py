@@ -15,9 +15,12 @@ Ahead of the range: jax 0.11's changelog removes names from ``jax.core`` and ``j
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, Iterator, Literal, Sequence
 
 import jax
+
+from scalelib.devices import mesh_devices
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
@@ -41,7 +44,13 @@ def set_cpu_device_count(n: int) -> None:
 
 def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "explicit",
               devices: Sequence[Any] | None = None) -> jax.sharding.Mesh:
-    """A device mesh whose axis types are always given explicitly (never JAX's default)."""
+    """A device mesh whose axis types are always given explicitly (never JAX's default).
+
+    Without ``devices`` the mesh takes the first ``prod(shape)`` of ``scalelib.devices.mesh_devices``: JAX's
+    default devices, or beside too few accelerators (one GPU) the simulated CPU devices set up next to them.
+    """
+    if devices is None:
+        devices = mesh_devices(int(math.prod(shape)))
     axis_type = {
         "explicit": jax.sharding.AxisType.Explicit,
         "auto": jax.sharding.AxisType.Auto,

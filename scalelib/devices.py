@@ -4,12 +4,20 @@ Book section 10 (Programming TPUs in JAX) runs its sharding examples on 8 device
 without accelerators we ask XLA for 8 CPU "devices" (threads sharing host memory) so the same
 code runs unchanged. The count can only be chosen before JAX starts its backends, so call
 ``setup`` first thing in a notebook or at the top of a test session.
+
+On an accelerator runtime with fewer chips than a chapter lays out (Colab's one GPU or one TPU
+v5e), JAX still starts its CPU backend beside the accelerator, with the CPU device count ``setup``
+asked for. Single-device work (arrays, ``scalelib.machine``'s roofline, flash attention, the
+serving engine) runs on the accelerator, JAX's default device; a mesh built without naming its
+devices (``compat.make_mesh``, through ``mesh_devices``) is laid out on the CPU devices when the
+accelerators are too few, so the sharding examples run unchanged beside it.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 DEFAULT_DEVICES = 8
 _COUNT_FLAG = "xla_force_host_platform_device_count"
@@ -21,21 +29,36 @@ class DeviceSetupError(RuntimeError):
 
 @dataclass(frozen=True)
 class DeviceInfo:
-    platform: str  # 'cpu', 'gpu' or 'tpu'
-    count: int
+    """What ``setup`` found: JAX's default devices and, beside too few accelerators, the CPU devices meshes use."""
+
+    platform: str  # JAX's default backend: 'cpu', 'gpu' or 'tpu'
+    count: int  # its devices
     simulated: bool  # True when the devices are CPU threads standing in for chips
+    kind: str = ""  # the default devices' device_kind, e.g. "NVIDIA H100 80GB HBM3" ("" when not read)
+    mesh_cpu_devices: int = 0  # accelerators too few for the meshes asked for: the CPU devices meshes use instead
 
     def __str__(self) -> str:
-        kind = "simulated CPU devices" if self.simulated else f"{self.platform.upper()} devices"
-        return f"{self.count} {kind}"
+        if self.simulated:
+            return f"{self.count} simulated CPU devices"
+        chips = f"{self.count} {self.platform.upper()} device{'s' if self.count != 1 else ''}"
+        chips += f" ({self.kind})" if self.kind else ""
+        if not self.mesh_cpu_devices:
+            return chips
+        accel = self.platform.upper()
+        return (f"{chips}: single-device work runs on it (arrays, scalelib.machine's roofline, flash attention, "
+                f"the serving engine).\nMeshes of more than {self.count} device{'s' if self.count != 1 else ''} use "
+                f"{self.mesh_cpu_devices} simulated CPU devices beside it, so the sharding examples run unchanged; "
+                f"their timings are the CPU's, not the {accel}'s.")
 
 
 def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
     """Make at least ``n`` devices available and say which.
 
-    * Accelerators present (GPU/TPU): they are used as they are, whatever their count.
     * CPU only and JAX not started yet: JAX is configured for ``n`` CPU devices.
-    * CPU only and JAX already started with fewer: ``DeviceSetupError`` explains how to recover.
+    * At least ``n`` accelerators (GPU/TPU): they are used as they are.
+    * Fewer than ``n`` accelerators: they stay JAX's default devices (single-device work runs there), and the
+      ``n`` CPU devices JAX starts beside them hold the meshes (``mesh_devices``); the report says so.
+    * Too few devices (JAX already started with fewer CPU devices): ``DeviceSetupError`` explains how to recover.
     """
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int (number of devices), got {n!r}")
@@ -52,17 +75,67 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
     if not compat.backends_initialized():
         compat.set_cpu_device_count(n)
     devices = jax.devices()
-    platform = devices[0].platform
+    platform, kind = devices[0].platform, str(devices[0].device_kind)
     if platform != "cpu":
-        return DeviceInfo(platform=platform, count=len(devices), simulated=False)
+        if len(devices) >= n:
+            return DeviceInfo(platform=platform, count=len(devices), simulated=False, kind=kind)
+        cpu = _cpu_devices()
+        if len(cpu) < n:
+            raise DeviceSetupError(
+                f"this runtime has {len(devices)} {platform.upper()} device(s), fewer than the {n} the sharding "
+                f"examples lay out, and JAX started its CPU backend with {len(cpu)} device(s), so they cannot "
+                f"run beside the {platform.upper()} either. {_RESTART}")
+        return DeviceInfo(platform=platform, count=len(devices), simulated=False, kind=kind,
+                          mesh_cpu_devices=len(cpu))
     if len(devices) < n:
         raise DeviceSetupError(
             f"JAX is already running with {len(devices)} CPU device(s), but {n} were asked for. "
-            "The device count is fixed when JAX starts, so scalelib.devices.setup() must run before "
-            "any JAX computation. Restart the kernel (Colab: Runtime > Restart session), then run "
-            "the set-up cell first."
-        )
-    return DeviceInfo(platform="cpu", count=len(devices), simulated=True)
+            + _RESTART)
+    return DeviceInfo(platform="cpu", count=len(devices), simulated=True, kind=kind)
+
+
+_RESTART = ("The device count is fixed when JAX starts, so scalelib.devices.setup() must run before any JAX "
+            "computation. Restart the kernel (Colab: Runtime > Restart session), then run the set-up cell first.")
+
+
+def _cpu_devices() -> list[Any]:
+    """JAX's CPU devices, [] when the CPU backend is left out (``JAX_PLATFORMS=cuda``, say)."""
+    import jax
+
+    try:
+        return list(jax.devices("cpu"))
+    except RuntimeError:  # "Unknown backend cpu" / backend failed to initialize
+        return []
+
+
+def mesh_devices(n: int) -> list[Any]:
+    """The ``n`` devices a mesh of ``n`` devices is laid out on when its caller names none.
+
+    ``compat.make_mesh`` calls it. The first ``n`` of JAX's default devices when there are that many (every
+    CPU set-up; an accelerator machine with at least ``n`` chips; all processes' devices in a multi-process
+    job), else, in a single process beside too few accelerators, the first ``n`` CPU devices that ``setup``
+    asked for. Neither: ``DeviceSetupError`` saying what to do.
+    """
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int (number of devices in the mesh), got {n!r}")
+    import jax
+
+    default = jax.devices()
+    if len(default) >= n:
+        return list(default[:n])
+    platform = default[0].platform
+    if platform != "cpu" and jax.process_count() == 1:
+        cpu = _cpu_devices()
+        if len(cpu) >= n:
+            return cpu[:n]
+        more = f" and {len(cpu)} CPU device(s)"
+    else:
+        more = ""
+    raise DeviceSetupError(
+        f"a mesh of {n} devices needs {n} devices, but this process has {len(default)} {platform.upper()} "
+        f"device(s){more}. Ask for them first thing, before any JAX computation: scalelib.devices.setup({n}) "
+        "(in a notebook: restart the kernel and run the set-up cell first, with the count changed), or build a "
+        "smaller mesh.")
 
 
 def request_cpu_devices(n: int) -> None:

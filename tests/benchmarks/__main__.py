@@ -10,6 +10,7 @@ Prints, side by side in one run:
   programs on 8 simulated devices; run it in .venv and .venv-floor to compare JAX versions.
 * with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
   x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
+* with --attention (only that): the flash attention rows above, on JAX's default device (a GPU's, where one is).
 * with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
   (tests/benchmarks/serving.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
@@ -167,6 +168,16 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
     return rows
 
 
+def print_attention_rows() -> None:
+    print(f"\ncausal attention, batch 1, 4 heads x 64, float32, one {jax.devices()[0].platform} device "
+          f"({jax.devices()[0].device_kind}; best of 2-3)")
+    print(f"{'T':>6s} {'impl':>7s} {'time (s)':>9s} {'vs naive':>9s} {'temp MiB':>9s}")
+    rows = attention_rows()
+    naive = {t: (sec, mem) for t, name, sec, mem in rows if name == "naive"}
+    for t, name, sec, mem in rows:
+        print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t][0]:9.2f} {mem / 2**20:9.1f}", flush=True)
+
+
 def scheme_step_rows(batch: int = 16, seq_len: int = 64) -> list[tuple[str, str, float, float]]:
     """(scheme, mesh, step seconds, single-device step seconds) for the small model on 8 simulated devices."""
     from scalelib import model, train
@@ -247,6 +258,7 @@ def main() -> int:
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
+    parser.add_argument("--attention", action="store_true", help="only: flash vs naive vs jax.nn attention")
     parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
     parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
@@ -269,6 +281,9 @@ def main() -> int:
         for name, n, size, first, cap, rd in trace_rows():
             print(f"{name:34s} {n:8d} {size / 1024:6.0f} {first:13.2f} {cap * 1e3:13.1f} {rd * 1e3:10.1f}")
         return 0
+    if args.attention:
+        print_attention_rows()
+        return 0
     if args.serving:
         from tests.benchmarks import serving
 
@@ -285,12 +300,7 @@ def main() -> int:
     print(f"{'op':15s} {'direction':>9s} {'ours (ms)':>10s} {'lax (ms)':>9s} {'ours/lax':>9s}")
     for op, bidi, ours, ref in collective_ratios():
         print(f"{op:15s} {'bidi' if bidi else 'uni':>9s} {ours * 1e3:10.3f} {ref * 1e3:9.3f} {ours / ref:9.2f}")
-    print("\ncausal attention, batch 1, 4 heads x 64, float32, one CPU device (best of 2-3)")
-    print(f"{'T':>6s} {'impl':>7s} {'time (s)':>9s} {'vs naive':>9s} {'temp MiB':>9s}")
-    rows = attention_rows()
-    naive = {t: (sec, mem) for t, name, sec, mem in rows if name == "naive"}
-    for t, name, sec, mem in rows:
-        print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t][0]:9.2f} {mem / 2**20:9.1f}", flush=True)
+    print_attention_rows()
     print(f"\ntraining step of the small model, batch 16 x 64 tokens, 8 simulated devices (best of 5)")
     print(f"{'scheme':16s} {'mesh':>5s} {'step (ms)':>10s} {'1 device (ms)':>14s} {'ratio':>6s}")
     for name, mesh_desc, ours, ref in scheme_step_rows():
