@@ -7,8 +7,8 @@ scalelib.parallel.selfcheck``); each scheme's line is then its own test. The flo
 The other splits run a cheap subset (one launch each: 4 x 2 and 8 x 1 across processes, 1 x 8 in this
 process): multislice, the scheme whose layout follows the split (8 processes of one device each are
 slow to start and compile on a small machine, so nothing more). How every job is laid out, and what it
-skips, is checked without running (``plan``), for the README's cluster shapes too. tests/test_cluster.py runs the selfcheck
-through SLURM's srun and Open MPI's mpirun.
+skips, is checked without running (``plan``), for the README's cluster shapes too. tests/test_cluster.py
+runs the selfcheck through SLURM's srun and Open MPI's mpirun.
 The comparisons (scalelib.parallel.compare) are shown to catch differences, so an "ok" means something.
 """
 
