@@ -342,3 +342,26 @@ def test_a_usage_error_fails_the_shard(tmp_path):
     with pytest.raises(SystemExit) as usage:
         autograder_main(["grade", str(tmp_path), "--chapter", CH, "--workers", "two"])
     assert usage.value.code == 2
+
+
+@pytest.mark.grading
+def test_the_kubernetes_recipe_states_and_meets_its_requirements():
+    """procMount: Unmasked needs a user namespace (hostUsers: false), and both need feature gates that are on
+    by default from Kubernetes 1.33 (UserNamespacesSupport, ProcMountType); the image's non-root user must
+    own what it writes on the shared volume (runAsUser and fsGroup, the uid the Containerfile creates)."""
+    import yaml
+
+    grade_job = yaml.safe_load((DEPLOY / "kubernetes" / "grade-job.yaml").read_text())
+    merge_job = yaml.safe_load((DEPLOY / "kubernetes" / "merge-job.yaml").read_text())
+    pod = grade_job["spec"]["template"]["spec"]
+    assert pod["hostUsers"] is False and pod["containers"][0]["securityContext"]["procMount"] == "Unmasked"
+    containerfile = (DEPLOY / "Containerfile").read_text()
+    uid = int(re.search(r"useradd --uid (\d+) .*grader", containerfile)[1])
+    for job in (grade_job, merge_job):
+        context = job["spec"]["template"]["spec"]["securityContext"]
+        assert context["runAsUser"] == context["runAsGroup"] == context["fsGroup"] == uid != 0
+        assert context["runAsNonRoot"] is True
+    manifest = (DEPLOY / "kubernetes" / "grade-job.yaml").read_text()
+    readme = (DEPLOY / "README.md").read_text()
+    for text in (manifest, readme):
+        assert "1.33" in text and "UserNamespacesSupport" in text and "ProcMountType" in text and "1.30" not in text
