@@ -19,7 +19,7 @@ prediction as those tests do.
 Any job of 2 or more devices, split over any number of processes with the same count each, is checked:
 the meshes are laid out for the job (``plan``). Each mesh takes the same number of devices from every
 process, its first axis the one between processes, so multislice's slice axis (DCN) joins the processes and
-its data axis (ICI) stays inside each one; batch, sequence and expert counts grow with the mesh where a
+its data axis (ICI) stays inside each one; batch, sequence, stage and expert counts grow with the mesh where a
 split needs it. A scheme the job cannot hold is not run: its line says ``skipped`` and why.
 
 Under a cluster's launcher (SLURM's ``srun``, Open MPI's ``mpirun``) on CPU, each process takes
