@@ -4,12 +4,12 @@ One SLURM cluster is started for the module (``slurm``): munged, slurmctld and s
 of theirs in a temporary folder (its own munge key and socket, free ports, one node of 2 CPUs named after this
 host, process tracking by process group, no cgroups), run as root as CI runs. On it:
 
-- ``python -m scalelib.parallel.selfcheck`` through ``srun --ntasks=2`` exactly as the README says, without
+- ``python -m scalelib.parallel.selfcheck multislice`` through ``srun --ntasks=2`` as the README says, without
   ``--local-devices``: JAX joins the tasks from SLURM's variables, and the selfcheck gives each 8 / 2 CPU devices;
 - the grading recipe (``autograder/deploy/slurm/submit.sh``: an array job of 2 shards, then the merge) for a
   class of 3, compared file for file with one run of ``python -m autograder grade`` on one machine.
 
-And without SLURM, the selfcheck through ``mpirun -np 2``. Each is skipped, saying what to install, where the
+And without SLURM, the selfcheck (one collective matmul, the cheapest check) through ``mpirun -np 2``. Each is skipped, saying what to install, where the
 packages are missing (``.ci/run`` installs them). Everything started here is stopped, even on failure: every
 daemon and client leads its own process group, stopped with SIGTERM then SIGKILL, and anything left that carries
 this module's marker in its environment (job steps, tasks) is killed by a sweep of /proc.
@@ -47,7 +47,8 @@ DEPLOY = ROOT / "autograder" / "deploy"
 SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
 SLURM_TOOLS = ("munged", "slurmctld", "slurmd", "srun", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 MARKER = "SCALELIB_TEST_CLUSTER"  # in the environment of everything this module starts
-SCHEME = "multislice"  # the check of where each mesh axis runs: its slice axis must join the processes
+SRUN_CHECK = "multislice"  # it also checks where each mesh axis runs: its slice axis must join the processes
+MPIRUN_CHECK = "collective_matmul.all_gather"  # a ring through every device of both processes; cheaper
 CH = "06_training_llama3"  # the cheapest chapter to grade
 ROSTER = """student,name,id,sis_id,login,section
 alice,Alice Adams,101,S-101,aadams,A
@@ -249,18 +250,19 @@ def slurm(tmp_path_factory) -> Iterator[Cluster]:
         cluster.stop()
 
 
-def _selfcheck_ran(result: subprocess.CompletedProcess, how: str) -> None:
+def _selfcheck_ran(result: subprocess.CompletedProcess, how: str, check: str) -> None:
     out = result.stdout + result.stderr
     assert result.returncode == 0, f"{how}: exit status {result.returncode}\n{out[-4000:]}"
     # joined by the launcher's own variables, 4 CPU devices each without --local-devices
     assert "selfcheck on process 0 of 2 (cluster environment): 4 of 8 cpu devices are local" in result.stdout, out
-    assert re.search(rf"^{SCHEME} ok  \(\d+\.\d s\)$", result.stdout, re.M), out
+    assert re.search(rf"^{re.escape(check)} ok  \(\d+\.\d s\)$", result.stdout, re.M), out
 
 
 @pytest.mark.sweep
 def test_selfcheck_through_srun(slurm):
-    cmd = ["srun", "--ntasks=2", "--kill-on-bad-exit=1", sys.executable, "-m", "scalelib.parallel.selfcheck", SCHEME]
-    _selfcheck_ran(run(cmd, slurm.env, timeout_s=600), "srun")
+    cmd = ["srun", "--ntasks=2", "--kill-on-bad-exit=1", sys.executable, "-m", "scalelib.parallel.selfcheck",
+           SRUN_CHECK]
+    _selfcheck_ran(run(cmd, slurm.env, timeout_s=600), "srun", SRUN_CHECK)
 
 
 @pytest.mark.sweep
@@ -270,9 +272,9 @@ def test_selfcheck_through_mpirun(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALELIB_", "OMPI_", "PMI"))}
     env.update({MARKER: token, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m",
-           "scalelib.parallel.selfcheck", SCHEME]
+           "scalelib.parallel.selfcheck", MPIRUN_CHECK]
     try:
-        _selfcheck_ran(run(cmd, env, timeout_s=600), "mpirun")
+        _selfcheck_ran(run(cmd, env, timeout_s=600), "mpirun", MPIRUN_CHECK)
     finally:
         _sweep(token)
 
