@@ -10,9 +10,10 @@ host, process tracking by process group, no cgroups), run as root as CI runs. On
   class of 3, compared file for file with one run of ``python -m autograder grade`` on one machine.
 
 And without SLURM, the selfcheck (one collective matmul, the cheapest check) through ``mpirun -np 2``. Each is
-skipped, saying what to install, where the packages are missing (``.ci/run`` installs them). Everything started here is stopped, even on failure: every
-daemon and client leads its own process group, stopped with SIGTERM then SIGKILL, and anything left that carries
-this module's marker in its environment (job steps, tasks) is killed by a sweep of /proc.
+skipped, saying what to install, where the packages are missing (``.ci/run`` installs them). Everything started
+here is stopped, even on failure: every daemon and client leads its own process group, stopped with SIGTERM then
+SIGKILL, and anything left that carries this module's marker in its environment (job steps, tasks) is killed by a
+sweep of /proc.
 """
 
 from __future__ import annotations
