@@ -8,6 +8,13 @@ from pathlib import Path
 
 from autograder import course
 
+# `grade`'s exit status: 0 every student reached "graded"; 3 the class was graded and its files written, but
+# some students did not reach "graded" (missing, invalid notebook, timed out, crashed: see grades.csv);
+# 1 grading refused or failed (the message says why); 2 a usage error (argparse's own status).
+GRADED, NOT_ALL_GRADED = 0, 3
+GRADE_STATUS = ("exit status: 0 every student graded; 3 graded and written, but some students did not reach "
+                "'graded' (see grades.csv); 1 refused or failed (the message says why); 2 usage error")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
@@ -18,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                                               "pyproject's [tool.scalelib-course] install-source, which every later "
                                               "release and check reads (commit pyproject.toml)")
     sub.add_parser("check", help="fail if chapters/ is out of date with solutions/")
-    gr = sub.add_parser("grade", help="grade a folder or zip of student notebooks")
+    gr = sub.add_parser("grade", help="grade a folder or zip of student notebooks", epilog=GRADE_STATUS)
     gr.add_argument("path", type=Path, help="folder or .zip of submitted notebooks")
     gr.add_argument("--chapter", required=True, help="e.g. 01_rooflines (or 01)")
     gr.add_argument("--out", type=Path, default=Path("grading-output"), help="where grades.csv and feedback/ go")
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")
-    return 0 if counts["graded"] == len(results) else 2
+    return GRADED if counts["graded"] == len(results) else NOT_ALL_GRADED
 
 
 if __name__ == "__main__":

@@ -103,6 +103,29 @@ def launch_env(environ: dict[str, str] | None = None) -> LaunchEnv | None:
     return LaunchEnv(env[ENV_COORDINATOR], n, rank, local)
 
 
+# The variables JAX's own cluster detection reads (jax._src.clusters): present together only in a task
+# its scheduler started (an `srun` step, an `mpirun` rank), with the number of processes of the job.
+CLUSTER_PROCESS_COUNTS = (
+    ("SLURM_NTASKS", ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")),
+    ("OMPI_COMM_WORLD_SIZE", ("OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")),
+)
+
+
+def cluster_processes(environ: dict[str, str] | None = None) -> int | None:
+    """How many processes a cluster launcher (SLURM's ``srun``, Open MPI's ``mpirun``) started for
+    this job, from the variables JAX reads to join them; None outside one (or with a count that is
+    not a positive integer, which ``jax.distributed`` then reports)."""
+    env = os.environ if environ is None else environ
+    for count, needed in CLUSTER_PROCESS_COUNTS:
+        if all(k in env for k in needed):
+            try:
+                n = int(env[count])
+            except ValueError:
+                return None
+            return n if n >= 1 else None
+    return None
+
+
 def port_is_free(port: int) -> bool:
     """True if a TCP server could listen on ``port`` on this host, as JAX's coordinator will ([::]:port)."""
     for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):

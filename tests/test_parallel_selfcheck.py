@@ -1,8 +1,14 @@
-"""scalelib.parallel.selfcheck: every scheme across 2 processes x 4 devices against one device.
+"""scalelib.parallel.selfcheck: every scheme across 2 processes x 4 devices against one device, and
+the other splits of 8 devices.
 
 One launch runs every check (``python -m scalelib.launch --processes 2 --local-devices 4 -m
 scalelib.parallel.selfcheck``); each scheme's line is then its own test. The floor suite deselects the
 ``sweep`` mark and runs one scheme across processes (the single-process tests cover every scheme there).
+The other splits run a cheap subset (one launch each: 4 x 2 and 8 x 1 across processes, 1 x 8 in this
+process): multislice, the scheme whose layout follows the split (8 processes of one device each are
+slow to start and compile on a small machine, so nothing more). How every job is laid out, and what it
+skips, is checked without running (``plan``), for the README's cluster shapes too. tests/test_cluster.py
+runs the selfcheck through SLURM's srun and Open MPI's mpirun.
 The comparisons (scalelib.parallel.compare) are shown to catch differences, so an "ok" means something.
 """
 
@@ -100,11 +106,77 @@ def test_axes_that_cross_processes():
 
 
 def test_one_process_runs_the_same_checks(capsys, monkeypatch):
-    """Alone (this session's 8 devices), main() prints one line per scheme and fails on a difference."""
-    assert selfcheck.main(["collective_matmul.all_gather"]) == 0
-    assert "collective_matmul.all_gather ok" in capsys.readouterr().out
-    monkeypatch.setattr(selfcheck, "checks", lambda: {"data": lambda: ["loss at step 1 off by up to 1.00e-03"]})
+    """Alone (this session's 8 devices: the 1 x 8 split), main() prints one line per scheme and fails on a
+    difference; multislice runs, saying that one process leaves where its axes run unchecked."""
+    assert selfcheck.main(["collective_matmul.all_gather", "multislice"]) == 0
+    out = capsys.readouterr().out
+    assert "selfcheck on process 0 of 1 (single process): 8 of 8 cpu devices are local" in out
+    assert "collective_matmul.all_gather ok" in out
+    assert re.search(r"^multislice ok \(one process: the slice axis cannot cross processes, .*\)  \(\d+\.\d s\)$",
+                     out, re.M), out
+    monkeypatch.setattr(selfcheck, "checks", lambda *job: {"data": lambda: ["loss at step 1 off by up to 1.00e-03"]})
     assert selfcheck.main(["data"]) == 1
     assert "data DIFFERS: loss at step 1 off by up to 1.00e-03" in capsys.readouterr().out
     with pytest.raises(ValueError, match="unknown schemes"):
         list(selfcheck.run(["zigzag"]))
+
+
+# ------------------------------------------------------------------ any device count and process split
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize(("processes", "local", "schemes"), [(4, 2, ["multislice"]), (8, 1, ["multislice"])])
+def test_other_splits_of_8_devices(processes, local, schemes):
+    out, err = io.StringIO(), io.StringIO()
+    result = launch.launch(["-m", "scalelib.parallel.selfcheck", *schemes], processes, local, timeout_s=900,
+                           out=out, err=err)
+    text = out.getvalue()
+    assert f"[0] selfcheck on process 0 of {processes} (scalelib.launch): {local} of 8 cpu devices are local" in text
+    for scheme in schemes:
+        assert re.search(rf"^\[0\] {re.escape(scheme)} ok  \(\d+\.\d s\)$", text, re.M), text + err.getvalue()
+    assert result.returncode == 0, text + err.getvalue()
+
+
+@pytest.mark.parametrize(("devices", "processes"), [(8, 1), (8, 2), (8, 4), (8, 8), (16, 2), (32, 8), (4, 4), (2, 1)])
+def test_every_scheme_is_laid_out_for_even_jobs(devices, processes):
+    """1 x 8 to 8 x 1, the README's SLURM job (2 nodes x 8 GPUs) and TPU v5e-32 (8 hosts x 4 chips), and
+    small jobs: no scheme is skipped, every mesh takes the same devices from each process, and
+    multislice's slice axis is the processes whenever there are several."""
+    plan = selfcheck.plan(devices, processes)
+    assert all(isinstance(c, selfcheck.Case) for c in plan.values()), plan
+    for case in plan.values():
+        size = int(np.prod(case.shape))
+        assert size <= devices and size % processes == 0, case
+        case.scheme.check(case.cfg, dict(zip(case.scheme.mesh_axes, case.shape, strict=True)), case.batch, case.seq)
+    slice_, data = plan["multislice"].shape
+    assert (slice_, data) == ((processes, devices // processes) if processes > 1 else (2, devices // 2))
+    assert bool(plan["multislice"].note) == (processes == 1)
+    assert set(selfcheck.checks(devices, processes)) == set(selfcheck.checks())  # every name, whatever the job
+
+
+def test_what_a_job_cannot_hold_is_skipped_with_its_reason(capsys):
+    plan = selfcheck.plan(3, 3)  # 3 processes of 1 device: no model axis divides both 3 and the 4 KV heads
+    assert plan["tensor"] == plan["fsdp_tp"] == selfcheck.Skip(
+        "its model axis must divide the model's 4 KV heads and the job's 3 devices, and only 1 does (nothing to split)")
+    assert isinstance(plan["multislice"], selfcheck.Case) and plan["multislice"].shape == (3, 1)
+    assert selfcheck.plan(5, 1)["multislice"] == selfcheck.Skip(
+        "alone, it needs an even number of devices for 2 slices; this job has 5")
+    result = next(selfcheck.run(["tensor"], 3, 3))
+    assert result.ok and result.line() == f"tensor skipped: {plan['tensor'].reason}"
+    with pytest.raises(ValueError, match="needs 2 or more devices; this job has 1"):
+        selfcheck.plan(1, 1)
+    with pytest.raises(ValueError, match="8 devices cannot be split evenly over 3 processes"):
+        selfcheck.plan(8, 3)
+
+
+def test_a_cluster_launcher_sets_the_cpu_devices_per_process():
+    from scalelib import distributed
+
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_NODELIST": "a", "SLURM_NTASKS": "2", "SLURM_PROCID": "1",
+             "SLURM_LOCALID": "1"}
+    assert distributed.cluster_processes(slurm) == 2
+    assert distributed.cluster_processes({**slurm, "SLURM_NTASKS": "x"}) is None
+    assert distributed.cluster_processes({"SLURM_JOB_ID": "7", "SLURM_NTASKS": "2"}) is None
+    ompi = {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}
+    assert distributed.cluster_processes(ompi) == 4
+    assert distributed.cluster_processes({}) is None

@@ -41,8 +41,9 @@ def worker(args: argparse.Namespace) -> int:
 
     from scalelib.parallel import selfcheck
 
-    for name in args.schemes or list(selfcheck.benchmarks()):
-        step, inputs = selfcheck.benchmarks()[name]()
+    table = selfcheck.benchmarks(info.device_count, info.num_processes)
+    for name in args.schemes or list(table):
+        step, inputs = table[name]()
         jax.block_until_ready(step(*inputs))  # compiled already; one warm-up run
         times = []
         for _ in range(REPEATS):
