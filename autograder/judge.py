@@ -12,8 +12,12 @@ nothing the kernel does to its own numpy, scalelib, builtins or assertion helper
 
 The kernel holds only the part of scalelib that ``E`` declares (``ex.allow``; see :mod:`autograder.surface`), so
 an answer cannot delegate to the rest of the library. ``ex.forbid(...)`` in a test cell is therefore inert here.
-The arguments a test sends are checked against the surface too: a test that hands the student a scalelib object
-its exercise does not declare is reported as the instructor's mistake.
+A scalelib data object a test hands the student's function travels with its class's code (properties and methods
+work as in the visible checks; see :mod:`autograder.transfer`), minus what the exercises of the kernel forbid, read
+from their test cells (:func:`autograder.surface.forbidden`). ``ex.forbid`` here records what the test forbids: if
+the kernel was sent anything of it, the test cannot be judged (the instructor must write it in ``ex.forbid(...)``
+where the grader can read it). Any other scalelib object or function a test sends is reported as the instructor's
+mistake.
 
 Checks that must trace the student's function (it runs inside ``shard_map`` or ``jax.grad``, or the test reads its
 jaxpr) put that part in a helper marked ``@ex.probe``. The grader sends the probe's source (instructor code) to the
@@ -133,7 +137,10 @@ class Remote:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            data = transfer.dumps((_portable(args), _portable(kwargs)), self._judge.surface.allows)
+            data = transfer.dumps((_portable(args), _portable(kwargs)), self._judge.surface.allows,
+                                  self._judge.shipper)
+        except transfer.Unshippable as err:
+            raise SurfaceViolation(f"the test sends {self._name} an object whose class cannot travel: {err}") from None
         except Exception as err:
             raise NotPortable(f"{self._name}: {type(err).__name__}: {err}") from None
         self._judge.check_sendable(data, self._name)
@@ -175,12 +182,30 @@ class Judge:
     """Judges one student's exercises against their live kernel session."""
 
     def __init__(self, context: TrustedContext, session: KernelSession, surface: Surface, call_timeout_s: float,
-                 deadline: float) -> None:
+                 deadline: float, withheld: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.context, self.session, self.surface = context, session, surface
         self.call_timeout_s, self.deadline = call_timeout_s, deadline
+        self.shipper = transfer.Shipper(surface.allows, withheld)  # one kernel: what its exercises forbid, withheld
         self._out: list[str] = []
         self._out_bytes = 0
         self._probes: dict[str, str] = {}
+        self._forbidden: set[tuple[str, str]] = set()
+
+    @contextlib.contextmanager
+    def forbid(self, *functions: Any) -> Iterator[None]:
+        """``ex.forbid`` while grading: the kernel holds nothing the exercise does not declare, and the members of
+        travelling classes that its group forbids were withheld; this records what the test forbids, so that
+        :meth:`leaks` can tell if any of it reached the kernel all the same."""
+        with inert_forbid(*functions):
+            for fn in functions:
+                fn = fn.fget if isinstance(fn, property) else fn
+                self._forbidden.add((getattr(fn, "__module__", "") or "", getattr(fn, "__qualname__", "")))
+            yield
+
+    def leaks(self) -> list[str]:
+        """What the test forbids that travelled to the kernel with an object's class (not withheld)."""
+        return sorted(f"{m}.{q}" for m, q in self._forbidden
+                      if (m, q.split(".")[0]) in self.shipper.sent and (m, q) not in self.shipper.withheld)
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n", **_: Any) -> None:
         text = sep.join(str(a) for a in args) + end
@@ -234,13 +259,13 @@ class Judge:
         ex_copy = types.ModuleType("scalelib.exercise")
         if real is not None:
             ex_copy.__dict__.update(real.__dict__)
-        ex_copy.forbid = inert_forbid  # type: ignore[attr-defined]
+        ex_copy.forbid = self.forbid  # type: ignore[attr-defined]
         ex_copy.probe = self.probe  # type: ignore[attr-defined]
         for key, value in list(ns.items()):
             if real is not None and value is real:
                 ns[key] = ex_copy
             elif real is not None and value is getattr(real, "forbid", None):
-                ns[key] = inert_forbid
+                ns[key] = self.forbid
             elif real is not None and value is getattr(real, "probe", None):
                 ns[key] = self.probe
         for name in self.context.chapter.answer_names:
@@ -253,6 +278,7 @@ class Judge:
         start = time.perf_counter()
         self._out, self._out_bytes = [], 0
         self._probes = pysource.decorated_functions(ex_.test_source, "probe")
+        self._forbidden = set()
         ns = self.namespace_for(eid)
 
         def verdict(message: str, instructor_error: bool = False) -> Verdict:
@@ -276,6 +302,11 @@ class Judge:
             if isinstance(err, StudentError):
                 return verdict(f"your function raised {err}")
             return verdict(f"{type(err).__name__}: {err}")
+        leaked = self.leaks()
+        if leaked:
+            return verdict(f"this test cannot be judged: it forbids {', '.join(leaked[:3])}, which reached your kernel "
+                           "with an object's class; the instructor must name it in ex.forbid(...) in the test cell "
+                           "itself (or in a tuple the cell binds), where the grader reads it", True)
         return Verdict(ex_.points, ex_.points, True, "", "".join(self._out), seconds=time.perf_counter() - start)
 
 

@@ -33,7 +33,8 @@ from autograder.shake import (
     statements,
 )
 
-__all__ = ["PACKAGE", "Item", "Surface", "SurfaceError", "chapter_aliases", "closure", "declared", "library_root"]
+__all__ = ["PACKAGE", "Item", "Surface", "SurfaceError", "chapter_aliases", "closure", "declared", "forbidden",
+           "library_root"]
 
 @dataclass(frozen=True)
 class Surface:
@@ -212,3 +213,92 @@ def _resolve(expr: ast.expr, aliases: dict[str, Item]) -> Item:
     if item.name is not None and not any(item.name in st.binds for st in statements(item.module)):
         raise SurfaceError(f"ex.allow: {item.module} has no top-level {item.name}")
     return item
+
+
+# -- what a test forbids ----------------------------------------------------------------------------------------------
+
+def forbidden(test_source: str, aliases: dict[str, Item]) -> frozenset[tuple[str, str]]:
+    """``(module, qualname)`` of the scalelib functions, methods and property getters a test cell disables with
+    ``ex.forbid(...)``, read without running the cell.
+
+    The arguments are followed through the cell's own names: ``Chip = hw.Chip`` before ``ex.forbid(Chip.pod_hosts)``,
+    and ``ex.forbid(*forbidden)`` where the cell binds ``forbidden = (...)`` or passes ``forbidden=(...)``. What
+    cannot be followed statically is left out here; the judge notices it when the test runs
+    (:meth:`autograder.judge.Judge.forbid`), so nothing the test forbids reaches a kernel unnoticed.
+    """
+    tree = pysource.parse(_strip_magics(test_source))
+    local: dict[str, ast.expr] = {}
+    sequences: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+            if isinstance(value, (ast.Name, ast.Attribute)):
+                local[name] = value
+            elif isinstance(value, (ast.Tuple, ast.List)):
+                sequences.setdefault(name, []).extend(value.elts)
+        elif isinstance(node, ast.keyword) and node.arg and isinstance(node.value, (ast.Tuple, ast.List)):
+            sequences.setdefault(node.arg, []).extend(node.value.elts)
+        elif isinstance(node, ast.ImportFrom) and node.module and is_lib(node.module) and not node.level:
+            for a in node.names:
+                local[a.asname or a.name] = ast.Attribute(value=_dotted(node.module), attr=a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if is_lib(a.name) and a.asname:
+                    local[a.asname] = _dotted(a.name)
+    roots = {**aliases, PACKAGE: Item(PACKAGE)}
+    out: set[tuple[str, str]] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "forbid")
+                or (isinstance(node.func, ast.Name) and node.func.id == "forbid"))):
+            continue
+        for arg in node.args:
+            exprs = sequences.get(arg.value.id, []) if isinstance(arg, ast.Starred) and isinstance(
+                arg.value, ast.Name) else [arg]
+            for expr in exprs:
+                key = _function_key(expr, local, roots)
+                if key is not None:
+                    out.add(key)
+    return frozenset(out)
+
+
+def _dotted(module: str) -> ast.expr:
+    parts = module.split(".")
+    node: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
+    for p in parts[1:]:
+        node = ast.Attribute(value=node, attr=p, ctx=ast.Load())
+    return node
+
+
+def _function_key(expr: ast.expr, local: dict[str, ast.expr], roots: dict[str, Item],
+                  depth: int = 0) -> tuple[str, str] | None:
+    """The (module, qualname) of the scalelib function a forbid argument names, or None if it cannot be told."""
+    import importlib
+    import types
+
+    chain: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        chain.insert(0, expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name) or depth > 8:
+        return None
+    if expr.id in local and expr.id not in roots:
+        inner = local[expr.id]
+        for part in chain:
+            inner = ast.Attribute(value=inner, attr=part, ctx=ast.Load())
+        return _function_key(inner, local, roots, depth + 1)
+    item = roots.get(expr.id)
+    if item is None:
+        return None
+    try:
+        obj: object = importlib.import_module(item.module)
+        for part in ([item.name] if item.name else []) + chain:
+            obj = getattr(obj, part)
+    except Exception:  # a name the library does not have: ex.forbid itself will say so when the test runs
+        return None
+    if isinstance(obj, property):
+        obj = obj.fget
+    obj = getattr(obj, "__func__", obj)
+    if not isinstance(obj, types.FunctionType) or not is_lib(obj.__module__ or ""):
+        return None
+    return obj.__module__, obj.__qualname__
