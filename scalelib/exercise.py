@@ -170,7 +170,8 @@ def allow(*parts: object) -> None:
     this only checks that each part belongs to scalelib. The autograder reads the declaration and starts the
     student's kernel with that part of the library and nothing else (the rest is not in its file system), so an
     answer cannot hand its work to another scalelib function. Without a declaration, no part of scalelib is
-    there; scalelib objects a test passes to the student's function arrive as their fields (data only).
+    there; scalelib data objects a test passes to the student's function arrive with their class (properties and
+    methods work, except those the test forbids with ``forbid``).
     """
     for part in parts:
         if isinstance(part, types.ModuleType):
