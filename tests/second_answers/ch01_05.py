@@ -395,7 +395,8 @@ def online_softmax_step(m, l, acc, scores, v_block):
     shift = jnp.where(jnp.isfinite(new_max), new_max, 0.0)  # a row with every key masked so far
     alpha = jnp.exp(m - shift)
     weights = jnp.exp(scores - shift[:, None])
-    return new_max, l * alpha + jnp.sum(weights, axis=1), acc * alpha[:, None] + jnp.einsum("rc,ch->rh", weights, v_block)
+    new_acc = acc * alpha[:, None] + jnp.einsum("rc,ch->rh", weights, v_block)
+    return new_max, l * alpha + jnp.sum(weights, axis=1), new_acc
 
 def blockwise_attention(q, k, v, block):
     q, k, v = (jnp.asarray(x, jnp.float32) for x in (q, k, v))
