@@ -175,7 +175,8 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
             return False
         if step.kind == "bind":
             _wait_for_context(shared, step.stop, deadline)
-            payload = shared.context.bindings_for(group.surface, step.first, step.stop)
+            payload, shipped = shared.context.bindings_for(group.surface, step.first, step.stop, group.withheld)
+            judge.shipper.sent |= shipped
             run = session.run(f"__grader__.bind({payload!r})", timeout=min(BIND_TIMEOUT_S, remaining), silent=True)
             if not run.ok:
                 after = f" after {blame[0]} ran" if blame[0] else ""

@@ -13,8 +13,9 @@ works when graded too. Two things keep that from handing an answer to the librar
 * a class whose methods need scalelib beyond its own module and the exercise's surface does not travel: the test
   cannot be judged, and the instructor is told to declare what it needs (``ex.allow``).
 
-Values bound by the instructor's demo cells (not handed over by a test) still travel as *records*: their field
-values under their class name (:func:`autograder.inkernel.make_record`, :func:`~autograder.inkernel.make_tuple`).
+Values bound by the instructor's set-up and demo cells travel the same way (:mod:`autograder.trusted`), except that
+an object whose class cannot travel becomes a *record* there: its field values under its class name
+(:func:`autograder.inkernel.make_record`, :func:`~autograder.inkernel.make_tuple`), none of its methods.
 """
 
 from __future__ import annotations
@@ -90,11 +91,13 @@ class Shipper:
     ``allowed(module, qualname)``: the kernel's surface (what it holds already). ``withheld``: ``(module, qualname)``
     of functions, methods and property getters that must not reach the kernel (what its exercises forbid); they
     travel as stubs that raise ``NotAvailable``. ``sent`` gathers ``(module, name)`` of every top-level name whose
-    code was shipped, so a judge can tell whether something a test forbids reached the kernel.
+    code was shipped, so a judge can tell whether something a test forbids reached the kernel. ``lenient``: an
+    object whose class cannot travel becomes a record instead of raising :class:`Unshippable`.
     """
 
-    def __init__(self, allowed: Callable[[str, str], bool], withheld: frozenset[tuple[str, str]] = frozenset()) -> None:
-        self.allowed, self.withheld = allowed, withheld
+    def __init__(self, allowed: Callable[[str, str], bool], withheld: frozenset[tuple[str, str]] = frozenset(),
+                 lenient: bool = False) -> None:
+        self.allowed, self.withheld, self.lenient = allowed, withheld, lenient
         self.sent: set[tuple[str, str]] = set()
         self._code: dict[type, ClassCode] = {}
 
@@ -158,16 +161,26 @@ class _Pickler(pickle.Pickler):
             return NotImplemented
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             values = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-            if self.shipper is not None:
-                code = self.shipper.code(cls)
+            code = self._code(cls)
+            if code is not None:
                 return (inkernel.make_object, (code.module, code.name, code.source, values))
             return (inkernel.make_record, (cls.__name__, values))
         if isinstance(obj, tuple) and isinstance(getattr(cls, "_fields", None), tuple):
-            if self.shipper is not None:
-                code = self.shipper.code(cls)
+            code = self._code(cls)
+            if code is not None:
                 return (inkernel.make_object, (code.module, code.name, code.source, tuple(obj)))
             return (inkernel.make_tuple, (cls.__name__, tuple(cls._fields), tuple(obj)))
         return NotImplemented
+
+    def _code(self, cls: type) -> ClassCode | None:
+        if self.shipper is None:
+            return None
+        try:
+            return self.shipper.code(cls)
+        except Unshippable:
+            if self.shipper.lenient:
+                return None
+            raise
 
 
 def dumps(obj: Any, allowed: Callable[[str, str], bool], shipper: Shipper | None = None) -> bytes:

@@ -69,10 +69,19 @@ def test_withheld_members_are_not_in_the_code_sent():
     assert "TPU_V5E" not in code.source  # the class, not the module's data
 
 
-def test_fields_only_records_without_a_shipper():
-    """Demo-cell values (sent once per kernel, before any test runs) still travel as their fields."""
-    data = transfer.dumps(OPS[0], transfer.never)
-    assert b"make_record" in data and b"end_s" not in data
+def test_demo_values_travel_with_their_class_where_it_can():
+    """What a demo cell binds reaches the kernel the same way; an object whose class cannot travel becomes a record
+    of its fields there (no test hands it over, so nothing is unjudgeable)."""
+    from autograder.trusted import _binding, _entry
+
+    shipper = transfer.Shipper(transfer.never, POD, lenient=True)
+    kind, name, data = _entry(_binding("v5e", hw.TPU_V5E), surface.closure(()), shipper)
+    assert (kind, name) == ("value", "v5e") and b"make_object" in data and not library_refs(data)
+    assert ("scalelib.hardware", "Chip") in shipper.sent
+    m = machine.Measurement("m", 1e9, 1e6, 1e-3)
+    data = transfer.dumps((m, OPS[0]), transfer.never, transfer.Shipper(transfer.never, lenient=True))
+    assert b"make_record" in data and b"make_object" in data and not library_refs(data)
+    assert b"make_object" not in transfer.dumps(OPS[0], transfer.never)  # no shipper: fields only
 
 
 def test_a_class_whose_methods_need_more_of_scalelib_does_not_travel():
