@@ -247,19 +247,58 @@ def forbidden(test_source: str, aliases: dict[str, Item]) -> frozenset[tuple[str
                     local[a.asname] = _dotted(a.name)
     roots = {**aliases, PACKAGE: Item(PACKAGE)}
     out: set[tuple[str, str]] = set()
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and (
-                (isinstance(node.func, ast.Attribute) and node.func.attr == "forbid")
-                or (isinstance(node.func, ast.Name) and node.func.id == "forbid"))):
-            continue
-        for arg in node.args:
-            exprs = sequences.get(arg.value.id, []) if isinstance(arg, ast.Starred) and isinstance(
-                arg.value, ast.Name) else [arg]
+    for fn, call in _forbid_calls(tree):
+        for arg in call.args:
+            if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+                exprs = sequences.get(arg.value.id, []) + _passed(tree, fn, arg.value.id, sequences)
+            else:
+                exprs = [arg]
             for expr in exprs:
                 key = _function_key(expr, local, roots)
                 if key is not None:
                     out.add(key)
     return frozenset(out)
+
+
+def _forbid_calls(tree: ast.AST) -> list[tuple[ast.FunctionDef | None, ast.Call]]:
+    """Every ``forbid(...)`` call of a cell, with the function of the cell it is written in (None at top level)."""
+    out: list[tuple[ast.FunctionDef | None, ast.Call]] = []
+
+    def visit(node: ast.AST, fn: ast.FunctionDef | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and (
+                    (isinstance(child.func, ast.Attribute) and child.func.attr == "forbid")
+                    or (isinstance(child.func, ast.Name) and child.func.id == "forbid")):
+                out.append((fn, child))
+            visit(child, child if isinstance(child, ast.FunctionDef) else fn)
+
+    visit(tree, None)
+    return out
+
+
+def _passed(tree: ast.AST, fn: ast.FunctionDef | None, param: str, sequences: dict[str, list[ast.expr]]
+            ) -> list[ast.expr]:
+    """What the cell passes for parameter ``param`` of its function ``fn`` (``_check(..., (rl.f, rl.g))``): the
+    elements of tuples and lists given in calls of ``fn`` by position or by name, or of the names it binds to them."""
+    if fn is None:
+        return []
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if param not in params and param not in [a.arg for a in fn.args.kwonlyargs]:
+        return []
+    index = params.index(param) if param in params else None
+    out: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == fn.name):
+            continue
+        given = [k.value for k in node.keywords if k.arg == param]
+        if index is not None and index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args):
+            given.append(node.args[index])
+        for value in given:
+            if isinstance(value, (ast.Tuple, ast.List)):
+                out += value.elts
+            elif isinstance(value, ast.Name):
+                out += sequences.get(value.id, [])
+    return out
 
 
 def _dotted(module: str) -> ast.expr:

@@ -95,7 +95,8 @@ def test_a_class_whose_methods_need_more_of_scalelib_does_not_travel():
 
 
 def test_forbids_are_read_from_the_test_cell():
-    """Through the cell's own names (``Chip = hw.Chip``) and tuples (``ex.forbid(*forbidden)``)."""
+    """Through the cell's own names (``Chip = hw.Chip``) and tuples (``ex.forbid(*forbidden)``, ``forbidden`` bound
+    by the cell, or a parameter of the cell's helper given by name or by position)."""
     ch02 = align.load_chapter(course.SOLUTIONS / "02_tpus.ipynb")
     assert {("scalelib.hardware", f"Chip.{m}") for m in ("pod_hosts", "pod_cores", "pod_flops_per_s",
                                                            "pod_hbm_bytes", "pod_chips", "chips_per_host")} \
@@ -106,11 +107,13 @@ def test_forbids_are_read_from_the_test_cell():
             with ex.forbid(*forbidden):
                 pass
         _check(1, forbidden=(rl.roofline_time, Sl.hops))
+        _check(2, (rl.comms_time_s,))
         with ex.forbid(hw.Chip.pod_cores, not_a_library_name):
             pass
         """)
     aliases = {"rl": surface.Item("scalelib.roofline"), "hw": surface.Item("scalelib.hardware")}
     assert surface.forbidden(cell, aliases) == {("scalelib.roofline", "roofline_time"),
+                                                ("scalelib.roofline", "comms_time_s"),
                                                 ("scalelib.topology", "Slice.hops"),
                                                 ("scalelib.hardware", "Chip.pod_cores")}
 
