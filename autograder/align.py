@@ -62,6 +62,7 @@ class Exercise:
     visible_test: str
     title: str = ""  # the heading of its markdown cell ("Exercise 1.A: lower and upper bounds")
     allows: frozenset[surface.Item] = frozenset()  # what of scalelib it may use (ex.allow in its test)
+    withholds: frozenset[tuple[str, str]] = frozenset()  # (module, qualname) of members its test withholds
 
 
 @dataclass
@@ -125,10 +126,11 @@ def load_chapter(path: Path) -> Chapter:
         answer = answers.get(eid, "")
         try:
             allows = surface.declared(test_src, aliases)
+            withholds = surface.withheld(test_src, aliases)
         except surface.SurfaceError as err:
             raise surface.SurfaceError(f"{Path(path).name}, test of {eid}: {err}") from None
         exercises[eid] = Exercise(eid, points, tuple(sorted(defined_names(answer))), answer, test_src,
-                                  test_src.split(_HIDDEN)[0], titles.get(eid, ""), allows)
+                                  test_src.split(_HIDDEN)[0], titles.get(eid, ""), allows, withholds)
     name = nb.get("metadata", {}).get("scalelib", {}).get("chapter") or Path(path).stem
     setup = " ".join(src for kind, src, _ in cells if kind == "setup")
     m = re.search(r"devices\.setup\((\d+)\)", setup)

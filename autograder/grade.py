@@ -49,7 +49,7 @@ from autograder.student import Shared, grade_student, groups, replay_steps, scre
 from autograder.trusted import TrustedContext
 from scalelib import exercise
 
-GRADER_VERSION = "5"  # 5: who a file belongs to is its uploader's folder; file stems one-to-one
+GRADER_VERSION = "6"  # 5: identity from the uploader's folder, one-to-one file stems; 6: objects keep their class
 STATUSES = tuple(s.value for s in Status)
 
 

@@ -156,6 +156,39 @@ def make_record(kind: str, fields: dict[str, Any]) -> Record:
     return Record(kind, fields)
 
 
+_CLASSES: dict[tuple[str, str, str], type] = {}
+
+
+def _withheld(what: str) -> NotAvailable:
+    return NotAvailable(f"{what} is not available while this exercise is graded: it is what the exercise asks you to "
+                        "compute (its test disables it, as it does in the notebook's hidden checks)")
+
+
+def make_object(module: str, name: str, source: str, values: Any) -> Any:
+    """A scalelib object that travelled with its class (see ``autograder.transfer.Shipper``): the class is defined
+    here from the grader's source (once per kernel), the object gets the field values without running any of it."""
+    key = (module, name, source)
+    cls = _CLASSES.get(key)
+    if cls is None:
+        home = types.ModuleType(module)
+        home.__dict__["__withheld__"] = _withheld
+        absent = sys.modules.get(module) is None
+        if absent:  # dataclasses reads the module of a class it decorates; only while the class is made
+            sys.modules[module] = home
+        try:
+            exec(compile(source, f"<{module}, as sent by the grader>", "exec"), home.__dict__)
+        finally:
+            if absent:
+                sys.modules.pop(module, None)
+        cls = _CLASSES[key] = home.__dict__[name]
+    if isinstance(values, tuple):
+        return cls(*values)
+    obj = object.__new__(cls)
+    for field, value in values.items():
+        object.__setattr__(obj, field, value)
+    return obj
+
+
 _TUPLES: dict[tuple[str, tuple[str, ...]], type] = {}
 
 
@@ -303,7 +336,8 @@ class Helper:
 def install(shell: Any, max_reply_bytes: int, allowed: str = "") -> Helper:
     """Set the kernel up for grading and return the helper. ``allowed`` says what of scalelib the kernel holds."""
     sys.meta_path.append(_Unavailable(allowed or "nothing of scalelib"))
-    # Records (see make_record) are pickled by the grader as autograder.inkernel.make_record: resolve them here.
+    # Records and shipped objects are pickled by the grader as autograder.inkernel.make_record / make_object:
+    # resolve them here.
     here = types.ModuleType("autograder.inkernel")
     here.__dict__.update({k: v for k, v in globals().items() if not k.startswith("__")})
     sys.modules.setdefault("autograder", types.ModuleType("autograder"))
@@ -324,4 +358,4 @@ def program(max_reply_bytes: int, allowed: str = "") -> str:
 
 
 __all__ = ["PROBE_PREFIX", "Helper", "LazyModule", "NotAvailable", "Poison", "Record", "Reply", "culprit", "encode",
-           "install", "make_record", "make_tuple", "program"]
+           "install", "make_object", "make_record", "make_tuple", "program"]

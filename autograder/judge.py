@@ -12,8 +12,12 @@ nothing the kernel does to its own numpy, scalelib, builtins or assertion helper
 
 The kernel holds only the part of scalelib that ``E`` declares (``ex.allow``; see :mod:`autograder.surface`), so
 an answer cannot delegate to the rest of the library.
-The arguments a test sends are checked against the surface too: a test that hands the student a scalelib object
-its exercise does not declare is reported as the instructor's mistake.
+A scalelib data object a test hands the student's function travels with its class's code (properties and methods
+work as in the visible checks; see :mod:`autograder.transfer`), minus the members the exercises of the kernel
+withhold (``ex.withhold(...)`` in their hidden tests, read before the kernel starts: :func:`autograder.surface.
+withheld`). ``ex.withhold`` here records what the test withholds: if the kernel was sent anything of it all the same,
+the test cannot be judged. Any other scalelib object or function a test sends is reported as the instructor's
+mistake.
 
 Checks that must trace the student's function (it runs inside ``shard_map`` or ``jax.grad``, or the test reads its
 jaxpr) put that part in a helper marked ``@ex.probe``. The grader sends the probe's source (instructor code) to the
@@ -129,7 +133,10 @@ class Remote:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            data = transfer.dumps((_portable(args), _portable(kwargs)), self._judge.surface.allows)
+            data = transfer.dumps((_portable(args), _portable(kwargs)), self._judge.surface.allows,
+                                  self._judge.shipper)
+        except transfer.Unshippable as err:
+            raise SurfaceViolation(f"the test sends {self._name} an object whose class cannot travel: {err}") from None
         except Exception as err:
             raise NotPortable(f"{self._name}: {type(err).__name__}: {err}") from None
         self._judge.check_sendable(data, self._name)
@@ -171,13 +178,28 @@ class Judge:
     """Judges one student's exercises against their live kernel session."""
 
     def __init__(self, context: TrustedContext, session: KernelSession, surface: Surface, call_timeout_s: float,
-                 deadline: float) -> None:
+                 deadline: float, withheld: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.context, self.session, self.surface = context, session, surface
         self.call_timeout_s, self.deadline = call_timeout_s, deadline
+        self.shipper = transfer.Shipper(surface.allows, withheld)  # one kernel: what its exercises withhold
         self._out: list[str] = []
         self._out_bytes = 0
         self._probes: dict[str, str] = {}
         self.answers = 0  # calls into the kernel that answered (a test that fails before any did is at fault)
+        self._withholds: set[tuple[str, str]] = set()
+
+    def withhold(self, *members: Any) -> None:
+        """``ex.withhold`` while grading: the members of travelling classes that the kernel's exercises withhold were
+        left out when their classes were sent; this records what the test withholds, so that :meth:`leaks` can tell
+        if any of it reached the kernel all the same."""
+        for fn in members:
+            fn = fn.fget if isinstance(fn, property) else fn
+            self._withholds.add((getattr(fn, "__module__", "") or "", getattr(fn, "__qualname__", "")))
+
+    def leaks(self) -> list[str]:
+        """What the test withholds that travelled to the kernel with an object's class all the same."""
+        return sorted(f"{m}.{q}" for m, q in self._withholds
+                      if (m, q.split(".")[0]) in self.shipper.sent and (m, q) not in self.shipper.withheld)
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n", **_: Any) -> None:
         text = sep.join(str(a) for a in args) + end
@@ -234,10 +256,13 @@ class Judge:
         ex_copy = types.ModuleType("scalelib.exercise")
         if real is not None:
             ex_copy.__dict__.update(real.__dict__)
+        ex_copy.withhold = self.withhold  # type: ignore[attr-defined]
         ex_copy.probe = self.probe  # type: ignore[attr-defined]
         for key, value in list(ns.items()):
             if real is not None and value is real:
                 ns[key] = ex_copy
+            elif real is not None and value is getattr(real, "withhold", None):
+                ns[key] = self.withhold
             elif real is not None and value is getattr(real, "probe", None):
                 ns[key] = self.probe
         for name in self.context.chapter.answer_names:
@@ -250,6 +275,7 @@ class Judge:
         start = time.perf_counter()
         self._out, self._out_bytes, self.answers = [], 0, 0
         self._probes = pysource.decorated_functions(ex_.test_source, "probe")
+        self._withholds = set()
         ns = self.namespace_for(eid)
 
         def verdict(message: str, instructor_error: bool = False) -> Verdict:
@@ -281,6 +307,11 @@ class Judge:
                 return verdict(test_fault_message(f"the test's code{where} raised {type(err).__name__}: {err}"), True)
             return verdict(f"{type(err).__name__}: {err} (raised by the test while checking what your function "
                            "returned)")
+        leaked = self.leaks()
+        if leaked:
+            return verdict(f"this test cannot be judged: it withholds {', '.join(leaked[:3])}, which reached your "
+                           "kernel with an object's class; the instructor must name it in ex.withhold(...) in the test "
+                           "cell itself, where the grader reads it", True)
         return Verdict(ex_.points, ex_.points, True, "", "".join(self._out), seconds=time.perf_counter() - start)
 
 

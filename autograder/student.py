@@ -47,6 +47,7 @@ class Group:
     surface: Surface
     exercises: frozenset[str]
     stop: int  # the replay ends after this many steps (just after the group's last test)
+    withheld: frozenset[tuple[str, str]] = frozenset()  # what its tests withhold: never sent with an object's class
 
 
 def replay_steps(chapter: align.Chapter) -> list[Step]:
@@ -71,7 +72,8 @@ def groups(chapter: align.Chapter, surfaces: dict[str, Surface], steps: list[Ste
     out = []
     for members in by_key.values():
         last = max(i for i, s in enumerate(steps) if s.kind == "test" and s.eid in members)
-        out.append(Group(surfaces[next(iter(members))], frozenset(members), last + 1))
+        withheld = frozenset().union(*(chapter.exercises[e].withholds for e in members))
+        out.append(Group(surfaces[next(iter(members))], frozenset(members), last + 1, withheld))
     order = {s.eid: i for i, s in enumerate(steps) if s.kind == "test"}
     return sorted(out, key=lambda g: min(order[e] for e in g.exercises))
 
@@ -169,14 +171,15 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
     """Run the group's steps in ``session``; False when the notebook's time ran out. ``blame[0]`` says which
     exercise's code ran last (a kernel that dies is blamed on it)."""
     lim = shared.limits
-    judge = Judge(shared.context, session, group.surface, lim.cell_timeout_s, deadline)
+    judge = Judge(shared.context, session, group.surface, lim.cell_timeout_s, deadline, group.withheld)
     for step in shared.steps[: group.stop]:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
         if step.kind == "bind":
             _wait_for_context(shared, step.stop, deadline)
-            payload = shared.context.bindings_for(group.surface, step.first, step.stop)
+            payload, shipped = shared.context.bindings_for(group.surface, step.first, step.stop, group.withheld)
+            judge.shipper.sent |= shipped
             run = session.run(f"__grader__.bind({payload!r})", timeout=min(lim.cell_timeout_s, remaining),
                               silent=True)
             if not run.ok and blame[0] is None:

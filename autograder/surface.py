@@ -33,7 +33,17 @@ from autograder.shake import (
     statements,
 )
 
-__all__ = ["PACKAGE", "Item", "Surface", "SurfaceError", "chapter_aliases", "closure", "declared", "library_root"]
+__all__ = [
+    "PACKAGE",
+    "Item",
+    "Surface",
+    "SurfaceError",
+    "chapter_aliases",
+    "closure",
+    "declared",
+    "library_root",
+    "withheld",
+]
 
 @dataclass(frozen=True)
 class Surface:
@@ -212,3 +222,131 @@ def _resolve(expr: ast.expr, aliases: dict[str, Item]) -> Item:
     if item.name is not None and not any(item.name in st.binds for st in statements(item.module)):
         raise SurfaceError(f"ex.allow: {item.module} has no top-level {item.name}")
     return item
+
+
+# -- what a test withholds --------------------------------------------------------------------------------------------
+
+def withheld(test_source: str, aliases: dict[str, Item]) -> frozenset[tuple[str, str]]:
+    """``(module, qualname)`` of the members of scalelib classes a test cell declares with ``ex.withhold(...)``, read
+    without running the cell: the objects it hands the student travel without them (what the exercise asks for).
+
+    The arguments are followed through the cell's own names: ``Chip = hw.Chip`` before
+    ``ex.withhold(Chip.pod_hosts)``, and ``ex.withhold(*members)`` where the cell binds ``members = (...)``. What
+    cannot be followed statically is left out here; the judge notices it when the test runs
+    (:meth:`autograder.judge.Judge.withhold`), so nothing a test withholds reaches a kernel unnoticed.
+    """
+    tree = pysource.parse(_strip_magics(test_source))
+    local: dict[str, ast.expr] = {}
+    sequences: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name, value = node.targets[0].id, node.value
+            if isinstance(value, (ast.Name, ast.Attribute)):
+                local[name] = value
+            elif isinstance(value, (ast.Tuple, ast.List)):
+                sequences.setdefault(name, []).extend(value.elts)
+        elif isinstance(node, ast.keyword) and node.arg and isinstance(node.value, (ast.Tuple, ast.List)):
+            sequences.setdefault(node.arg, []).extend(node.value.elts)
+        elif isinstance(node, ast.ImportFrom) and node.module and is_lib(node.module) and not node.level:
+            for a in node.names:
+                local[a.asname or a.name] = ast.Attribute(value=_dotted(node.module), attr=a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if is_lib(a.name) and a.asname:
+                    local[a.asname] = _dotted(a.name)
+    roots = {**aliases, PACKAGE: Item(PACKAGE)}
+    out: set[tuple[str, str]] = set()
+    for fn, call in _withhold_calls(tree):
+        for arg in call.args:
+            if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+                exprs = sequences.get(arg.value.id, []) + _passed(tree, fn, arg.value.id, sequences)
+            else:
+                exprs = [arg]
+            for expr in exprs:
+                key = _function_key(expr, local, roots)
+                if key is not None:
+                    out.add(key)
+    return frozenset(out)
+
+
+def _withhold_calls(tree: ast.AST) -> list[tuple[ast.FunctionDef | None, ast.Call]]:
+    """Every ``withhold(...)`` call of a cell, with the function of the cell it is written in (None at top level)."""
+    out: list[tuple[ast.FunctionDef | None, ast.Call]] = []
+
+    def visit(node: ast.AST, fn: ast.FunctionDef | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Call) and (
+                    (isinstance(child.func, ast.Attribute) and child.func.attr == "withhold")
+                    or (isinstance(child.func, ast.Name) and child.func.id == "withhold")):
+                out.append((fn, child))
+            visit(child, child if isinstance(child, ast.FunctionDef) else fn)
+
+    visit(tree, None)
+    return out
+
+
+def _passed(tree: ast.AST, fn: ast.FunctionDef | None, param: str, sequences: dict[str, list[ast.expr]]
+            ) -> list[ast.expr]:
+    """What the cell passes for parameter ``param`` of its function ``fn`` (``_check(..., (rl.f, rl.g))``): the
+    elements of tuples and lists given in calls of ``fn`` by position or by name, or of the names it binds to them."""
+    if fn is None:
+        return []
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+    if param not in params and param not in [a.arg for a in fn.args.kwonlyargs]:
+        return []
+    index = params.index(param) if param in params else None
+    out: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == fn.name):
+            continue
+        given = [k.value for k in node.keywords if k.arg == param]
+        if index is not None and index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args):
+            given.append(node.args[index])
+        for value in given:
+            if isinstance(value, (ast.Tuple, ast.List)):
+                out += value.elts
+            elif isinstance(value, ast.Name):
+                out += sequences.get(value.id, [])
+    return out
+
+
+def _dotted(module: str) -> ast.expr:
+    parts = module.split(".")
+    node: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
+    for p in parts[1:]:
+        node = ast.Attribute(value=node, attr=p, ctx=ast.Load())
+    return node
+
+
+def _function_key(expr: ast.expr, local: dict[str, ast.expr], roots: dict[str, Item],
+                  depth: int = 0) -> tuple[str, str] | None:
+    """The (module, qualname) of the scalelib function a withhold argument names, or None if it cannot be told."""
+    import importlib
+    import types
+
+    chain: list[str] = []
+    while isinstance(expr, ast.Attribute):
+        chain.insert(0, expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name) or depth > 8:
+        return None
+    if expr.id in local and expr.id not in roots:
+        inner = local[expr.id]
+        for part in chain:
+            inner = ast.Attribute(value=inner, attr=part, ctx=ast.Load())
+        return _function_key(inner, local, roots, depth + 1)
+    item = roots.get(expr.id)
+    if item is None:
+        return None
+    try:
+        obj: object = importlib.import_module(item.module)
+        for part in ([item.name] if item.name else []) + chain:
+            obj = getattr(obj, part)
+    except Exception:  # a name the library does not have: ex.withhold itself will say so in the notebook
+        return None
+    if isinstance(obj, property):
+        obj = obj.fget
+    obj = getattr(obj, "__func__", obj)
+    if not isinstance(obj, types.FunctionType) or not is_lib(obj.__module__ or ""):
+        return None
+    return obj.__module__, obj.__qualname__

@@ -4,8 +4,9 @@ It gives the judge a namespace snapshot before every test cell (expected values 
 library), and it records what each set-up and demo cell binds, so that a student's kernel never runs an
 instructor cell: it receives those bindings instead (:meth:`TrustedContext.bindings_for`). A binding is a module
 (sent as its name), a value (pickled here, once), or something that cannot be sent. Which of them a kernel gets
-depends on its exercise's surface: a value made of scalelib classes outside the surface, or a scalelib module
-outside it, arrives as a stand-in that says so when used.
+depends on its exercise's surface: a value made of scalelib data classes outside the surface travels with their
+classes where they can travel (:class:`autograder.transfer.Shipper`), else as records of their fields; a scalelib
+module or function outside it arrives as a stand-in that says so when used.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ class TrustedContext:
         self._reached = 0  # cells run so far: kernels may replay up to here before the rest is ready
         self._progress = threading.Condition()
         self.exercise_module: types.ModuleType | None = None
-        self._payloads: dict[tuple[str, int, int], str] = {}
+        self._payloads: dict[tuple[str, frozenset[tuple[str, str]], int, int],
+                             tuple[str, frozenset[tuple[str, str]]]] = {}
         self._lock = threading.Lock()
 
     def build(self) -> None:
@@ -211,10 +213,13 @@ class TrustedContext:
 
     # -- what a kernel receives ------------------------------------------------------------------------------------
 
-    def bindings_for(self, surface: Surface, first: int, stop: int) -> str:
-        """The bindings of set-up/demo cells ``first`` to ``stop - 1`` as seen by a kernel with ``surface``: the
-        argument of ``__grader__.bind`` (base64 of a pickle of plain tuples). Computed once per run and surface."""
-        key = (surface.key, first, stop)
+    def bindings_for(self, surface: Surface, first: int, stop: int,
+                     withheld: frozenset[tuple[str, str]] = frozenset()) -> tuple[str, frozenset[tuple[str, str]]]:
+        """The bindings of set-up/demo cells ``first`` to ``stop - 1`` as seen by a kernel with ``surface`` whose
+        exercises withhold ``withheld``: the argument of ``__grader__.bind`` (base64 of a pickle of plain tuples), and
+        ``(module, name)`` of the scalelib code that travels with it (see :class:`autograder.transfer.Shipper`).
+        Computed once per run and surface."""
+        key = (surface.key, withheld, first, stop)
         with self._lock:
             if key not in self._payloads:
                 merged: dict[str, Binding] = {}
@@ -222,8 +227,10 @@ class TrustedContext:
                     for b in self.recorded.get(index, []):
                         merged.pop(b.name, None)
                         merged[b.name] = b
-                entries = [_entry(b, surface) for b in merged.values()]
-                self._payloads[key] = base64.b64encode(pickle.dumps(entries, protocol=4)).decode()
+                shipper = transfer.Shipper(surface.allows, withheld, lenient=True)
+                entries = [_entry(b, surface, shipper) for b in merged.values()]
+                self._payloads[key] = (base64.b64encode(pickle.dumps(entries, protocol=4)).decode(),
+                                       frozenset(shipper.sent))
             return self._payloads[key]
 
     def namespace(self, eid: str) -> dict:
@@ -231,9 +238,10 @@ class TrustedContext:
         return dict(self.snapshots[eid])
 
 
-def _entry(b: Binding, surface: Surface) -> tuple[str, str, Any]:
+def _entry(b: Binding, surface: Surface, shipper: transfer.Shipper) -> tuple[str, str, Any]:
     """One binding for a kernel: ("module", name, module), ("value", name, pickle), ("poison", name, message) or
-    ("delete", name, None)."""
+    ("delete", name, None). A value made of scalelib data classes outside the surface travels with their classes
+    where they can travel (``shipper``), else as records."""
     allowed = surface.describe()
     if b.kind == "deleted":
         return ("delete", b.name, None)
@@ -246,6 +254,10 @@ def _entry(b: Binding, surface: Surface) -> tuple[str, str, Any]:
     if b.kind == "unsendable":
         return ("poison", b.name, f"{b.name} is not available while this exercise is graded: {b.why}")
     outside = sorted(f"{m}.{q}" for m, q in b.refs if m == "__main__" or not surface.allows(m, q))
+    if outside:
+        shipped = _shipped(b, surface, shipper)
+        if shipped:
+            return ("value", b.name, shipped)
     if outside and b.plain:
         return ("value", b.name, b.plain)  # its fields, without the methods of classes outside the surface
     if outside:
@@ -253,3 +265,17 @@ def _entry(b: Binding, surface: Surface) -> tuple[str, str, Any]:
                f"and this exercise may use {allowed}")
         return ("poison", b.name, why)
     return ("value", b.name, b.data)
+
+
+def _shipped(b: Binding, surface: Surface, shipper: transfer.Shipper) -> bytes:
+    """``b``'s value pickled with the classes that can travel (b"" where it would still need more of scalelib)."""
+    sent = set(shipper.sent)
+    try:
+        data = transfer.dumps(pickle.loads(b.data), surface.allows, shipper)  # the grader's own pickle
+    except Exception:
+        shipper.sent = sent
+        return b""
+    if any(m == "__main__" or not surface.allows(m, q) for m, q in library_refs(data)):
+        shipper.sent = sent  # not sent after all
+        return b""
+    return data

@@ -172,7 +172,8 @@ def allow(*parts: object) -> None:
     this only checks that each part belongs to scalelib. The autograder reads the declaration and starts the
     student's kernel with that part of the library and nothing else (the rest is not in its file system), so an
     answer cannot hand its work to another scalelib function. Without a declaration, no part of scalelib is
-    there; scalelib objects a test passes to the student's function arrive as their fields (data only).
+    there; scalelib data objects a test passes to the student's function arrive with their class (properties and
+    methods work, except those the test withholds with :func:`withhold`).
     """
     for part in parts:
         if isinstance(part, types.ModuleType):
@@ -181,6 +182,25 @@ def allow(*parts: object) -> None:
             ok = callable(part)  # a function or class of a scalelib module (compat.shard_map is jax's own)
         if not ok:
             raise TypeError(f"allow() takes scalelib modules and their functions and classes, got {part!r:.80}")
+
+
+def withhold(*members: object) -> None:
+    """Declare, in an exercise's hidden test, the members of scalelib classes that compute what the exercise asks for.
+
+    ``ex.withhold(hw.Chip.pod_hosts, hw.Chip.pod_flops_per_s)``: methods or properties (given as ``Class.member``).
+    An object the test hands the student's function keeps its other properties and methods when graded, as in the
+    visible checks, but arrives without these: the answer must compute them. In a notebook this only checks that
+    each member is a function or property of a scalelib class; the autograder reads the declaration before the
+    kernel starts.
+    """
+    for member in members:
+        fn = member.fget if isinstance(member, property) else member
+        qualname = getattr(fn, "__qualname__", "")
+        module = getattr(fn, "__module__", "") or ""
+        if not (isinstance(fn, types.FunctionType) and "." in qualname
+                and (module == "scalelib" or module.startswith("scalelib."))):
+            raise TypeError(f"withhold() takes methods and properties of scalelib classes (Class.member), "
+                            f"got {member!r:.80}")
 
 
 def probe(fn: Callable) -> Callable:

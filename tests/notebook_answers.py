@@ -37,3 +37,20 @@ def delegating(chapter):
         return answers[eid].lstrip()
 
     return answered(chapter, delegate)
+
+
+def second_answers(chapter):
+    """The student notebook answered with a second honest answer per exercise (tests/second_answers/), or None
+    where the chapter has none yet (its group's module is not there)."""
+    from tests.second_answers import SECOND
+
+    if chapter not in SECOND:
+        return None
+    answers = SECOND[chapter]
+
+    def second(gid, src):
+        eid = gid[: -len("-answer")]
+        assert eid in answers, f"tests/second_answers/ has no second answer for {eid}: add one"
+        return answers[eid].lstrip()
+
+    return answered(chapter, second)

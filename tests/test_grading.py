@@ -17,7 +17,8 @@ import nbformat
 import pytest
 
 from autograder import course, grade, report, safe_text
-from tests.notebook_answers import answered, delegating
+from tests.notebook_answers import answered, delegating, second_answers
+from tests.test_grading_chapters import check_second_answers_score_full
 
 pytestmark = pytest.mark.grading
 
@@ -88,6 +89,7 @@ def graded(tmp_path_factory):
     (subs / "dave.ipynb").write_text("{ this is not json")
     nbformat.write(delegating(CHAPTER), subs / "delegator.ipynb")
     nbformat.write(delegating(CHAPTER), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
+    nbformat.write(second_answers(CHAPTER), subs / "second.ipynb")  # written differently (tests/second_answers/)
     archive = tmp / "subs.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         for p in subs.rglob("*.ipynb"):
@@ -194,6 +196,13 @@ def test_answers_that_delegate_to_the_library_earn_nothing(graded):
     assert "not available while this exercise is graded" in results["delegator"].messages["ch01-roofline-bounds"]
     assert results["delegator_open"].score == results["delegator_open"].max_score
 
+
+
+def test_a_second_honest_answer_scores_full_marks(graded):
+    """Chapter 1's part of the parity proof (the other chapters' is in test_grading_chapters.py): among others,
+    critical_intensity_of calls a method of the Chip it is handed."""
+    results, _, _ = graded
+    check_second_answers_score_full(CHAPTER, results)
 
 
 def test_feedback_a_student_understands(graded):

@@ -1,15 +1,18 @@
-"""Grading end to end for every chapter: the solution earns full marks, the untouched notebook zero.
+"""Grading end to end for every chapter: the solution earns full marks, the untouched notebook zero, a second honest
+answer written differently (tests/second_answers/) full marks too.
 
 Chapter 1 has a fuller scenario (one wrong answer, an invalid file) in test_grading.py.
 """
 
+import ast
 import shutil
 
 import nbformat
 import pytest
 
 from autograder import course, grade, report
-from tests.notebook_answers import answered, delegating
+from tests.notebook_answers import answered, delegating, second_answers, solution_cells
+from tests.second_answers import MISSING_GROUPS, SECOND
 
 pytestmark = pytest.mark.grading
 
@@ -33,6 +36,8 @@ def graded(request, tmp_path_factory):
         nbformat.write(answered(chapter, lambda gid, src: HOSTILE[chapter].get(gid, src)), subs / "mallory.ipynb")
     nbformat.write(delegating(chapter), subs / "delegator.ipynb")
     nbformat.write(delegating(chapter), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
+    if chapter in SECOND:
+        nbformat.write(second_answers(chapter), subs / "second.ipynb")
     results = grade.grade(subs, chapter, tmp / "out", unrestricted=frozenset({"delegator_open"}))
     return chapter, {r.student: r for r in results}, tmp / "out"
 
@@ -227,3 +232,46 @@ def test_the_delegating_answers_do_compute_the_answers(graded):
     chapter, results, _ = graded
     o = results["delegator_open"]
     assert o.score == o.max_score, (chapter, {e: o.messages.get(e) for e, v in o.exercises.items() if not v})
+
+
+def test_a_second_honest_answer_scores_full_marks(graded):
+    """Written differently from the solution (properties and methods of what the test hands over, numpy for jax,
+    loops for formulas): what passes the visible checks in a notebook passes when graded."""
+    chapter, results, _ = graded
+    if chapter not in SECOND:
+        pytest.skip(f"no second answers for {chapter} (tests/second_answers/{_group(chapter)}.py is not there yet)")
+    check_second_answers_score_full(chapter, results)
+
+
+def check_second_answers_score_full(chapter, results):
+    s = results["second"]
+    lost = {e: (v, s.messages.get(e)) for e, v in s.exercises.items() if v != results["alice"].exercises[e]}
+    assert not lost, (chapter, lost)
+    assert s.status == "graded" and s.score == s.max_score > 0, (chapter, s.status, s.detail)
+
+
+def _group(chapter):
+    return "ch01_05" if int(chapter[:2]) <= 5 else "ch06_10"
+
+
+def _normalized(src):
+    """The code without comments, docstrings or layout."""
+    tree = ast.parse(src)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+@pytest.mark.parametrize("chapter", course.chapter_names())
+def test_every_exercise_has_a_second_answer_unlike_the_solution(chapter):
+    if chapter not in SECOND:
+        assert _group(chapter) in MISSING_GROUPS, f"tests/second_answers/{_group(chapter)}.py has nothing for {chapter}"
+        pytest.skip(f"no second answers for {chapter} (tests/second_answers/{_group(chapter)}.py is not there yet)")
+    solved = {gid[: -len("-answer")]: c.source
+              for gid, c in solution_cells(nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)).items()}
+    assert set(SECOND[chapter]) == set(solved), (chapter, set(SECOND[chapter]) ^ set(solved))
+    same = [eid for eid, src in SECOND[chapter].items() if _normalized(src) == _normalized(solved[eid])]
+    assert not same, (chapter, same)
