@@ -1,0 +1,308 @@
+'''Second honest answers for chapters 06-10: every exercise answered a second way, from what the page shows.
+
+Each answer is written differently from the solution (numpy instead of jax or plain arithmetic, loops instead of
+vector code, helper functions, the properties and methods of the objects the test hands over) and never calls
+the scalelib function its test compares with. Graded, each must earn full marks: whatever a student can use in
+the visible checks is usable when graded (issue 20, item 3). ``python -m tests.second_answers.check_chapter
+CHAPTER`` grades one chapter's answers and prints each exercise's score.
+'''
+
+from __future__ import annotations
+
+SECOND: dict[str, dict[str, str]] = {
+    "06_training_llama3": {
+        "ch06-param-count": """
+def _weights(rows, cols, copies=1):
+    return rows * cols * copies
+
+def llama_param_counts(L, D, F, N, K, H, V):
+    per_layer = {
+        "mlp": sum(_weights(D, F) for _ in ("gate", "up", "down")),
+        "attention": _weights(D, N * H, 2) + _weights(D, K * H, 2),   # W_Q, W_O and W_K, W_V
+        "norms": 2 * D,
+    }
+    mlp = per_layer["mlp"] * L
+    attention = per_layer["attention"] * L
+    vocab = _weights(V, D, 2)                  # input embedding and output projection, untied
+    norms = per_layer["norms"] * L + D         # plus the final norm
+    return (mlp, vocab, attention, mlp + vocab + attention + norms)
+""",
+        "ch06-train-flops": """
+FORWARD_FLOPS_PER_PARAM = 2
+BACKWARD_FLOPS_PER_PARAM = 4
+
+def train_flops(n_params, tokens):
+    per_token = (FORWARD_FLOPS_PER_PARAM + BACKWARD_FLOPS_PER_PARAM) * n_params
+    return per_token, per_token * tokens
+""",
+        "ch06-train-time": """
+def chips_in(shape, pods=1):
+    chips = 1
+    for side in shape:
+        chips *= side
+    return chips * pods
+
+def training_seconds(total_flops, chips, flops_per_s, mfu):
+    delivered = np.float64(chips) * flops_per_s * mfu   # FLOPs/s the whole slice really achieves
+    return total_flops / delivered
+""",
+        "ch06-train-memory": """
+BF16, FP32 = 2, 4
+
+def training_bytes(n_params, D, L, batch_tokens, ckpts_per_layer):
+    weights = BF16 * n_params
+    adam = 2 * FP32 * n_params                     # first and second moments
+    per_layer = ckpts_per_layer * batch_tokens * D * BF16
+    ckpts = per_layer * L
+    parts = (weights, adam, ckpts)
+    return parts + (sum(parts),)
+""",
+        "ch06-chips-for-memory": """
+def memory_chips(total_bytes, hbm_bytes_per_chip, chips):
+    fewest = int(np.ceil(total_bytes / hbm_bytes_per_chip))
+    share = total_bytes / chips
+    return fewest, share
+""",
+        "ch06-fsdp-alone": """
+def fsdp_alone(batch_tokens, seq_len, chips, flops_per_s, ici_bidi_bytes_per_s, n_axes):
+    sequences, _ = divmod(batch_tokens, seq_len)
+    alpha = flops_per_s / ici_bidi_bytes_per_s       # FLOPs per byte of one bidirectional axis
+    per_chip = batch_tokens / chips
+    return int(sequences), per_chip, alpha / n_axes
+""",
+        "ch06-mixed-split": """
+M_X, M_Y = 2, 1   # FSDP over two axes, tensor parallelism over one
+
+def mixed_split(B, F, N, flops_per_s, ici_bidi_bytes_per_s):
+    alpha = flops_per_s / ici_bidi_bytes_per_s
+    threshold = 4 * alpha ** 2 / (M_X * M_Y * F)
+    coeffs = [F / (N * M_X), -B * F / (N * alpha), B / M_Y]
+    a, b, c = coeffs
+    if b * b - 4 * a * c < 0:
+        return threshold, None
+    roots = np.roots(coeffs)
+    return threshold, float(max(roots.real))
+""",
+        "ch06-choose-sharding": """
+def _larger_root(a, b, c):
+    disc = b * b - 4 * a * c
+    return None if disc < 0 else (-b + disc ** 0.5) / (2 * a)
+
+def _pow2_at_most(n):
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+def choose_fsdp_tp(chip, n_chips, global_batch_tokens, cfg):
+    alpha = chip.flops_per_s("bf16") / chip.ici_bidi_bytes_per_s
+    B, F, N = global_batch_tokens, cfg.d_ff, n_chips
+    target = _larger_root(F / (2 * N), -B * F / (N * alpha), B)
+    if target is None:                     # nothing is compute-bound: the least communication
+        target = (B * 2 * N / F) ** 0.5
+    target = min(max(target, 1.0), N)
+    x = min(2 ** int(round(np.log2(target))), _pow2_at_most(N))
+    return x, _pow2_at_most(N // x)
+""",
+        "ch06-ex6-1-dcn": """
+def dcn_check(batch_tokens, pods, pod_chips, flops_per_s, chips_per_host, dcn_bytes_per_s_per_host):
+    hosts = -(-pod_chips // chips_per_host)          # a partly filled host still has its whole link
+    pod_flops_per_s = pod_chips * flops_per_s
+    pod_dcn_bytes_per_s = hosts * dcn_bytes_per_s_per_host
+    return batch_tokens / pods, pod_flops_per_s / pod_dcn_bytes_per_s
+""",
+    },
+    "07_inference": {
+        "ch07-kv-cache": """
+def kv_cache_bytes(L, K, H, value_bytes, seq_len, batch):
+    one_layer = K * H * value_bytes * 2          # a key and a value of every KV head
+    per_token = one_layer * L
+    per_sequence = per_token * seq_len
+    return per_token, per_sequence * batch
+
+def sequences_outweighing(weight_bytes, kv_bytes_per_seq):
+    whole, _ = divmod(weight_bytes, kv_bytes_per_seq)
+    return int(whole) + 1                         # equal bytes do not outweigh: one more
+""",
+        "ch07-ex7-1-params": """
+def _layer_params(D, F, N, K, H, E):
+    experts = E if E > 0 else 1
+    mlp = experts * 3 * D * F
+    router = D * E                                # zero for a dense layer
+    attention = D * N * H * 2 + D * K * H * 2     # W_Q, W_O; W_K, W_V
+    norms = 2 * D
+    return mlp + router + attention + norms
+
+def chapter_model_params(L, D, F, N, K, H, V, E=0):
+    total = 0
+    for _ in range(L):
+        total += _layer_params(D, F, N, K, H, E)
+    return total + D + V * D                       # final norm; one shared table
+""",
+        "ch07-critical-batch": """
+def generate_critical_batch(flops_per_s, hbm_bytes_per_s, weight_bytes, n_experts=1, experts_per_token=1):
+    chip_intensity = flops_per_s / hbm_bytes_per_s          # FLOPs per byte the chip can feed
+    dense = chip_intensity * (weight_bytes / 2)             # 2BDF FLOPs against w*DF bytes
+    return dense * (n_experts / experts_per_token)
+""",
+        "ch07-step-time": """
+def generate_step(n_params, weight_bytes, kv_bytes_per_seq, batch, chips, flops_per_s, hbm_bytes_per_s):
+    # per chip: each holds 1/chips of the weights, of the caches and of the FLOPs
+    cache_s = batch * kv_bytes_per_seq / chips / hbm_bytes_per_s
+    load_s = weight_bytes / chips / hbm_bytes_per_s
+    math_s = 2 * n_params * batch / chips / flops_per_s
+    step = cache_s + (load_s if load_s >= math_s else math_s)
+    return step, batch / step
+""",
+        "ch07-ex7-2-capacity": """
+def kv_room(hbm_bytes, weight_bytes, kv_bytes_per_token, seq_len):
+    free = hbm_bytes - weight_bytes
+    per_sequence = kv_bytes_per_token * seq_len
+    return free, free / kv_bytes_per_token, int(free // per_sequence)
+""",
+        "ch07-slice": """
+def serving_slice(weight_bytes, chips, hbm_bytes_per_chip, hbm_bytes_per_s):
+    worth = weight_bytes / hbm_bytes_per_chip
+    smallest = 1
+    while smallest < worth:            # whole chips, then doubled up to a power of two
+        smallest *= 2
+    per_chip = weight_bytes / chips
+    return worth, smallest, per_chip / hbm_bytes_per_s, hbm_bytes_per_chip - per_chip
+""",
+        "ch07-model-parallel": """
+def hbm_over_ici(hbm_bytes_per_s, ici_bidi_bytes_per_s):
+    beta = hbm_bytes_per_s / ici_bidi_bytes_per_s
+    return beta
+
+def max_model_ways(d_ff, batch, beta):
+    # T_ici = T_hbm where F / Y = B * beta
+    return d_ff / batch / beta
+
+def latency_bound_ways(batch, d_model, act_bytes, ici_one_way_bytes_per_s, hop_latency_s):
+    message = batch * d_model * act_bytes
+    bytes_in_one_latency = ici_one_way_bytes_per_s * hop_latency_s
+    return message / bytes_in_one_latency
+""",
+        "ch07-ex7-7-2d": """
+def two_d_weight_stationary(f_over_d, chips, n_axes_1d):
+    best_x = np.sqrt(chips / (2 * f_over_d))
+    # the cost 2D/X + 4FX/n at that X, in units of BD/(W sqrt(n))
+    coefficient = (2 / best_x + 4 * f_over_d * best_x / chips) * np.sqrt(chips)
+    one_d = 4 / n_axes_1d
+    return float(best_x), float(coefficient), float((coefficient / one_d) ** 2)
+""",
+        "ch07-prefill-ratio": """
+def prefill_and_ratio(n_params, prompt_tokens, prefill_chips, flops_per_s, mfu, step_s, batch, decode_tokens):
+    prefill_flops = 2 * n_params * prompt_tokens
+    prefill_s = prefill_flops / (mfu * flops_per_s * prefill_chips)
+    seconds_per_answer = decode_tokens * step_s        # every slot frees once per answer
+    queries = batch / seconds_per_answer
+    return prefill_s, queries, prefill_s / (1 / queries)
+""",
+        "ch07-kv-transfer": """
+def _dcn_bytes_per_s(chips, chips_per_host, per_host):
+    hosts = -(-chips // chips_per_host)
+    return hosts * per_host
+
+def kv_transfer(kv_bytes, sender_chips, receiver_chips, chips_per_host, dcn_bytes_per_s_per_host, prefill_s):
+    pace = min(_dcn_bytes_per_s(c, chips_per_host, dcn_bytes_per_s_per_host) for c in (sender_chips, receiver_chips))
+    seconds = kv_bytes / pace
+    return seconds, seconds / prefill_s
+""",
+        "ch07-cached-attention": """
+def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
+    k_cache = k_cache.at[:, :, length, :].set(k_new)
+    v_cache = v_cache.at[:, :, length, :].set(v_new)
+    n_heads, head = q.shape[1], q.shape[2]
+    group = n_heads // k_cache.shape[1]
+    keys = jnp.repeat(k_cache, group, axis=1)              # [B, N, S, H]: KV head n // group for query head n
+    values = jnp.repeat(v_cache, group, axis=1)
+    scores = jnp.einsum("bnh,bnsh->bns", q, keys) / jnp.sqrt(head)
+    filled = jnp.arange(k_cache.shape[2]) <= length
+    scores = jnp.where(filled, scores, -1e30)
+    weights = jnp.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = weights / weights.sum(axis=-1, keepdims=True)
+    return jnp.einsum("bns,bnsh->bnh", weights, values), k_cache, v_cache
+""",
+        "ch07-block-allocator": """
+import copy
+
+def pool_allocate(state, n):
+    if len(state["free"]) < n:
+        return state, None
+    new = copy.deepcopy(state)
+    blocks = [new["free"].pop(0) for _ in range(n)]
+    for b in blocks:
+        new["refcount"][b] += 1
+    return new, blocks
+
+def pool_share(state, blocks):
+    new = copy.deepcopy(state)
+    for b in blocks:
+        new["refcount"][b] += 1
+    return new
+
+def pool_release(state, blocks):
+    new = copy.deepcopy(state)
+    for b in blocks:
+        new["refcount"][b] -= 1
+        if new["refcount"][b] == 0:
+            new["free"].append(b)
+    return new
+""",
+        "ch07-schedule-step": """
+def _blocks_for(tokens, block_size):
+    return math.ceil(tokens / block_size)
+
+def schedule_step(running, waiting, token_budget, max_running, free_blocks, block_size):
+    queue = [tuple(s) for s in running]
+    budget, free = token_budget, free_blocks
+    scheduled, preempted = [], []
+    pos, stop = 0, False
+    while pos < len(queue) and budget > 0 and not stop:
+        seq_id, computed, total, held = queue[pos]
+        n = min(total - computed, budget)
+        need = _blocks_for(computed + n, block_size) - held
+        while need > free:
+            newest = queue.pop()               # the newest running sequence not yet scheduled
+            preempted.append(newest[0])
+            if newest[0] == seq_id:            # it was the one asking: the stage ends
+                stop = True
+                break
+            free += newest[3]
+        if stop:
+            break
+        scheduled.append([seq_id, n])
+        budget -= n
+        free -= need
+        pos += 1
+    if preempted:
+        return scheduled, preempted
+    running_now = len(queue)
+    for seq_id, total in waiting:
+        if budget <= 0 or running_now >= max_running:
+            break
+        n = min(total, budget)
+        need = _blocks_for(n, block_size)
+        if need > free:
+            break
+        scheduled.append([seq_id, n])
+        budget, free, running_now = budget - n, free - need, running_now + 1
+    return scheduled, preempted
+""",
+        "ch07-spec-accept": """
+def _inverse_cdf(weights, v):
+    cdf = np.cumsum(weights)
+    above = np.nonzero(cdf > v * cdf[-1])[0]
+    return int(above[0]) if len(above) else len(weights) - 1
+
+def speculative_accept(p, q, draft, u, v):
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    for i, token in enumerate(draft):
+        if u[i] >= min(1.0, p[i, token] / q[i, token]):      # rejected: sample what is left of the target
+            leftover = np.maximum(p[i] - q[i], 0.0)
+            return i, _inverse_cdf(leftover if leftover.sum() > 0 else p[i], v)
+    return len(draft), _inverse_cdf(p[len(draft)], v)
+""",
+    },
+}
