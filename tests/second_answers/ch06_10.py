@@ -305,4 +305,123 @@ def speculative_accept(p, q, draft, u, v):
     return len(draft), _inverse_cdf(p[len(draft)], v)
 """,
     },
+    "08_serving_llama3": {
+        "ch08-flops-per-dollar": """
+SECONDS_PER_HOUR = 60 * 60
+
+def flops_per_dollar(flops_per_s, usd_per_hour):
+    seconds_per_dollar = SECONDS_PER_HOUR / usd_per_hour
+    return flops_per_s * seconds_per_dollar
+""",
+        "ch08-smallest-slice": """
+def _power_of_two_slice(nbytes, hbm_bytes_per_chip):
+    chips = 1
+    while chips * hbm_bytes_per_chip < nbytes:
+        chips *= 2
+    return chips
+
+def smallest_slice_row(n_params, value_bytes, L, K, H, seq_len, hbm_bytes_per_chip):
+    weights = n_params * value_bytes
+    per_token = L * (K * H * value_bytes) * 2              # keys and values of every layer
+    chips = _power_of_two_slice(weights, hbm_bytes_per_chip)
+    free = chips * hbm_bytes_per_chip - weights
+    caches = int(free // (per_token * seq_len))
+    return weights, per_token, weights / hbm_bytes_per_chip, chips, free, caches
+""",
+        "ch08-full-batch-qps": """
+def full_batch_qps(chips, hbm_bytes_per_chip, hbm_bytes_per_s, flops_per_s, n_params, weight_bytes,
+                   kv_bytes_per_seq, decode_tokens):
+    room = chips * hbm_bytes_per_chip - weight_bytes
+    batch = int(room // kv_bytes_per_seq)
+    # per chip: its share of the caches, of the weights and of the FLOPs
+    caches_s = batch * kv_bytes_per_seq / chips / hbm_bytes_per_s
+    weights_s = weight_bytes / chips / hbm_bytes_per_s
+    flops_s = 2 * n_params * batch / chips / flops_per_s
+    step = caches_s + max(weights_s, flops_s)
+    qps = batch / decode_tokens / step
+    return batch, step, qps / chips
+""",
+        "ch08-latency-curve": """
+def _step(batch, chips, n_params, weight_bytes, kv_bytes_per_seq, flops_per_s, hbm_bytes_per_s):
+    hbm = chips * hbm_bytes_per_s
+    return batch * kv_bytes_per_seq / hbm + max(weight_bytes / hbm, 2 * n_params * batch / (chips * flops_per_s))
+
+def latency_curve(batches, chips, n_params, weight_bytes, kv_bytes_per_seq, flops_per_s, hbm_bytes_per_s):
+    steps, per_chip = [], []
+    for b in batches.tolist():
+        t = _step(float(b), chips, n_params, weight_bytes, kv_bytes_per_seq, flops_per_s, hbm_bytes_per_s)
+        steps.append(t)
+        per_chip.append(b / t / chips)
+    return np.array(steps), np.array(per_chip)
+""",
+        "ch08-thresholds": """
+def serving_thresholds(n_params, weight_value_bytes, kv_bytes_per_token, flops_per_s, hbm_bytes_per_s):
+    critical = (flops_per_s / hbm_bytes_per_s) * (weight_value_bytes / 2)
+    flops_s_per_sequence = 2 * n_params / flops_per_s       # its weight matmuls
+    read_s_per_token = kv_bytes_per_token / hbm_bytes_per_s # its cache, one token of context
+    return critical, flops_s_per_sequence / read_s_per_token
+""",
+        "ch08-sharded-matmul": """
+def sharded_matmul_times(B, D, F, Y, weight_bytes, act_bytes, flops_per_s, hbm_bytes_per_s, ici_bidi_bytes_per_s):
+    ici_s = 0.0
+    if Y > 1:
+        ici_s = (B * D * act_bytes) / ici_bidi_bytes_per_s       # gather the whole [B, D]
+    columns = F / Y                                            # this chip's share of W[D, F]
+    hbm_s = D * columns * weight_bytes / hbm_bytes_per_s
+    math_s = 2 * B * D * columns / flops_per_s
+    clocks = [(ici_s, "ici"), (hbm_s, "hbm"), (math_s, "math")]
+    return ici_s, hbm_s, math_s, max(clocks)[1]
+""",
+        "ch08-prefill-evictions": """
+def prefill_plan(n_params, prompt_tokens, answer_tokens, batch, step_s, prefill_chips, flops_per_s, mfu):
+    prefill_s = (2 * n_params) * prompt_tokens / (flops_per_s * mfu) / prefill_chips
+    finished = batch * (1 / answer_tokens)               # each sequence is 1 / answer_tokens done per step
+    evicted = finished * prompt_tokens + finished * answer_tokens
+    requests_per_s = finished / step_s
+    return prefill_s, finished, evicted, requests_per_s * prefill_s
+""",
+        "ch08-ex8-1-bounds": """
+def forward_bounds(n_params, chips, flops_per_s, hbm_bytes_per_s, weight_value_bytes):
+    flops = n_params * 2
+    compute = flops / chips / flops_per_s
+    read = (n_params * weight_value_bytes / chips) / hbm_bytes_per_s
+    return flops, compute, read
+""",
+        "ch08-ex8-2-small-model": """
+def serving_footprint(n_params, L, K, H, value_bytes, batch, seq_len, hbm_bytes_per_chip):
+    weights = n_params * value_bytes
+    per_token = 2 * L * K * H * value_bytes
+    caches = per_token * seq_len * batch
+    chips = 1
+    while chips * hbm_bytes_per_chip < weights + caches:
+        chips *= 2
+    return weights, caches, chips
+""",
+        "ch08-ex8-3-plan": """
+def plan_serving(n_params, weight_bytes, kv_bytes_per_seq, hbm_bytes_per_chip, hbm_bytes_per_s, flops_per_s,
+                 max_step_s, max_chips):
+    found = {}                                  # chips -> (tokens per second per chip, batch)
+    chips = 1
+    while chips <= max_chips:
+        hbm = chips * hbm_bytes_per_s
+        kv_s, weights_s, flops_s = kv_bytes_per_seq / hbm, weight_bytes / hbm, 2 * n_params / (chips * flops_per_s)
+        step = lambda b: b * kv_s + max(weights_s, b * flops_s)
+        room = chips * hbm_bytes_per_chip - weight_bytes
+        fit = int(room // kv_bytes_per_seq) if room >= 0 else 0
+        if fit >= 1 and step(1) <= max_step_s:
+            # step <= limit holds in both regimes: b kv_s + weights_s <= limit and b (kv_s + flops_s) <= limit
+            batch = min(fit, int(min((max_step_s - weights_s) / kv_s, max_step_s / (kv_s + flops_s))))
+            while batch > 1 and step(batch) > max_step_s:    # rounding at the edge
+                batch -= 1
+            while batch < fit and step(batch + 1) <= max_step_s:
+                batch += 1
+            found[chips] = (batch / step(batch) / chips, batch)
+        chips *= 2
+    if not found:
+        return None
+    best = max(t for t, _ in found.values())
+    chips = min(c for c, (t, _) in found.items() if t >= best * (1 - 1e-9))
+    return chips, found[chips][1]
+""",
+    },
 }
