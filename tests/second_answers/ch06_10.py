@@ -96,7 +96,7 @@ def _pow2_at_most(n):
 
 def choose_fsdp_tp(chip, n_chips, global_batch_tokens, cfg):
     alpha = chip.flops_per_s("bf16") / chip.ici_bidi_bytes_per_s
-    B, F, N = global_batch_tokens, cfg.d_ff, n_chips
+    B, F, N = global_batch_tokens, cfg.ff_width, n_chips   # help(cfg): the width of the dense MLP
     target = _larger_root(F / (2 * N), -B * F / (N * alpha), B)
     if target is None:                     # nothing is compute-bound: the least communication
         target = (B * 2 * N / F) ** 0.5
@@ -422,6 +422,274 @@ def plan_serving(n_params, weight_bytes, kv_bytes_per_seq, hbm_bytes_per_chip, h
     best = max(t for t, _ in found.values())
     chips = min(c for c, (t, _) in found.items() if t >= best * (1 - 1e-9))
     return chips, found[chips][1]
+""",
+    },
+    "09_profiling": {
+        "ch09-padding": """
+def padding_factor(shape, tile):
+    shape = list(shape)
+    while len(shape) < len(tile):
+        shape.insert(0, 1)                         # extra leading dims of size 1
+    padded = np.array(shape, dtype=np.int64)
+    sizes = np.array(tile, dtype=np.int64)
+    minor = padded[len(shape) - len(tile):]
+    padded[len(shape) - len(tile):] = np.ceil(minor / sizes).astype(np.int64) * sizes
+    return float(np.prod(padded) / np.prod(np.array(shape, dtype=np.int64)))
+""",
+        "ch09-tiled-offset": """
+def _fit(tile, rank):
+    return (1,) * (rank - len(tile)) + tuple(tile)
+
+def _slots(block, levels):
+    # slots one block takes when cut by the nested tiles ``levels``, padding included
+    total = 1
+    for tile in levels:
+        tile = _fit(tile, len(block))
+        for d, t in zip(block, tile):
+            total *= -(-d // t)
+        block = tile
+    for d in block:
+        total *= d
+    return total
+
+def _row_major(ix, dims):
+    flat = 0
+    for i, d in zip(ix, dims):
+        flat = flat * d + i
+    return flat
+
+def element_offset(index, shape, tiles):
+    ix, block, levels = list(index), list(shape), [tuple(t) for t in tiles]
+    slot = 0
+    for k, tile in enumerate(levels):
+        tile = _fit(tile, len(block))
+        grid = [-(-d // t) for d, t in zip(block, tile)]
+        which = _row_major([i // t for i, t in zip(ix, tile)], grid)
+        slot += which * _slots(list(tile), levels[k + 1:])
+        ix, block = [i % t for i, t in zip(ix, tile)], list(tile)
+    return slot + _row_major(ix, block)
+""",
+        "ch09-layout-bytes": """
+def _slots(block, tiles):
+    if not tiles:
+        return math.prod(block)
+    tile = tuple(tiles[0])
+    if len(tile) > len(block):
+        block = (1,) * (len(tile) - len(block)) + tuple(block)
+    tile = (1,) * (len(block) - len(tile)) + tile
+    count = math.prod(-(-d // t) for d, t in zip(block, tile))
+    return count * _slots(tile, tiles[1:])
+
+def layout_bytes(type_text):
+    text = type_text.strip()
+    dtype, _, rest = text.partition("[")
+    dims_text, _, layout = rest.partition("]")
+    shape = [int(d) for d in dims_text.split(",") if d.strip()]
+    layout = layout.strip()
+    order_text, tiles, memory = None, [], "HBM"
+    if layout.startswith("{"):
+        inner = layout[1:layout.rindex("}")]
+        order_text, _, extra = inner.partition(":")
+        if "T(" in extra:
+            tile_text = extra[extra.index("T(") + 1:]
+            while tile_text.startswith("("):
+                close = tile_text.index(")")
+                tiles.append(tuple(int(x) for x in tile_text[1:close].split(",")))
+                tile_text = tile_text[close + 1:]
+        if "S(" in extra:
+            space = int(extra[extra.index("S(") + 2:].split(")")[0])
+            memory = "HBM" if space == 0 else "VMEM" if space == 1 else f"S({space})"
+    if order_text is None or not order_text.strip():
+        physical = tuple(shape)                     # row-major
+    else:
+        minor_to_major = [int(d) for d in order_text.split(",")]
+        physical = tuple(shape[d] for d in minor_to_major[::-1])
+    size = DTYPE_BYTES[dtype]
+    return physical, math.prod(shape) * size, _slots(physical, tiles) * size, memory
+""",
+        "ch09-hlo-collectives": """
+COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+
+def _split_type(rhs):
+    # the result type runs to the first space outside brackets: "(f32[2]{0}, s32[]) all-reduce(...)"
+    depth = 0
+    for i, ch in enumerate(rhs):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            return rhs[:i], rhs[i + 1:]
+    return rhs, ""
+
+def _type_bytes(type_text):
+    total = 0
+    for dtype, dims in re.findall(r"(\\w+)\\[([\\d,]*)\\]", type_text):
+        count = 1
+        for d in dims.split(","):
+            if d:
+                count *= int(d)
+        total += count * DTYPE_BYTES[dtype]
+    return total
+
+def collectives_in(hlo_text):
+    text = re.sub(r"/\\*.*?\\*/", "", hlo_text)
+    found = []
+    for line in text.splitlines():
+        if " = " not in line:
+            continue
+        rhs = line.split(" = ", 1)[1].strip()
+        result, rest = _split_type(rhs)
+        if "(" not in rest:
+            continue
+        opcode = rest[:rest.index("(")]
+        base = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+        if base not in COLLECTIVES:
+            continue
+        nbytes = _type_bytes(result)
+        if opcode.endswith("-start") and result.startswith("("):
+            nbytes //= 2
+        found.append((base.replace("-", "_"), nbytes))
+    return found
+""",
+        "ch09-einsum-estimate": """
+def _parse(operand):
+    inside = re.search(r"\\[(.*)\\]", operand).group(1)
+    dims = []
+    for part in inside.split(","):
+        name, axes = (part.strip().split("_") + [""])[:2]
+        dims.append((name, axes))
+    return dims
+
+def einsum_estimate(lhs, rhs, sizes, mesh, flops_per_s):
+    local = lambda name, axes: sizes[name] // int(np.prod([mesh[a] for a in axes] or [1]))
+    left, right = _parse(lhs), _parse(rhs)
+    lhs_shape = tuple(local(n, a) for n, a in left)
+    contracted = {n for n, _ in left} & {n for n, _ in right}
+    rhs_free = [local(n, a) for n, a in right if n not in contracted]
+    flops = 2 * float(np.prod(lhs_shape)) * float(np.prod(rhs_free))
+    return lhs_shape, flops, flops / flops_per_s
+""",
+        "ch09-reduce-scatter": """
+def down_projection(B, T, D, F, X, Y, dtype_bytes, flops_per_s, ici_bidi_bytes_per_s):
+    b_local, f_local = B / X, F / Y                 # Tmp[B_X, T, F_Y], Wout[F_Y, D]
+    flops = 2 * b_local * T * f_local * D
+    partial = b_local * T * D * dtype_bytes          # Out[B_X, T, D] before it is reduced over Y
+    compute_s = flops / flops_per_s
+    scatter_s = partial / ici_bidi_bytes_per_s
+    return compute_s, partial, scatter_s, compute_s if compute_s > scatter_s else scatter_s
+""",
+        "ch09-dominant-op": """
+from collections import defaultdict
+
+def dominant_op(ops):
+    per_name = defaultdict(float)
+    for op in ops:
+        per_name[op.name] += op.duration_s
+    ranked = sorted(per_name.items(), key=lambda item: item[1], reverse=True)
+    name, longest = ranked[0]
+    return name, longest / sum(per_name.values())
+""",
+        "ch09-exposed-comms": """
+def _covered(intervals, a, b):
+    return any(start <= a and b <= end for start, end in intervals)
+
+def exposed_fraction(ops, device):
+    mine = [op for op in ops if op.device == device]
+    comms = [(op.start_s, op.end_s) for op in mine if op.kind == "collective"]
+    work = [(op.start_s, op.end_s) for op in mine if op.kind == "compute"]
+    edges = sorted({t for pair in comms + work for t in pair})
+    exposed = 0.0
+    for a, b in zip(edges, edges[1:]):                 # pieces between consecutive edges
+        if _covered(comms, a, b) and not _covered(work, a, b):
+            exposed += b - a
+    step = max(op.end_s for op in ops) - min(op.start_s for op in ops)
+    return exposed / step
+""",
+        "ch09-roofline-gap": """
+import statistics
+
+def roofline_gap(ops, name, flops_per_s, bytes_per_s):
+    runs = [op for op in ops if op.name == name]
+    measured = statistics.median([op.duration_s - op.wait_s for op in runs])
+    allowed = max(runs[0].flops / flops_per_s, runs[0].bytes / bytes_per_s)
+    return measured, allowed, measured / allowed
+""",
+    },
+    "10_jax": {
+        "ch10-local-shape": """
+from itertools import zip_longest
+
+def _axes(entry):
+    if entry is None:
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+def local_shape(global_shape, mesh_shape, spec):
+    block = []
+    for size, entry in zip_longest(global_shape, tuple(spec)):
+        if size is None:
+            break
+        ways = int(np.prod([mesh_shape[a] for a in _axes(entry)], dtype=np.int64))
+        block.append(size // ways)
+    return tuple(block)
+""",
+        "ch10-slice-mean": """
+def slice_mean(n, devices, k):
+    blocks = np.arange(n, dtype=np.int64).reshape(devices, n // devices)   # device d holds row d
+    return blocks[:, :k].mean(axis=0).tolist()
+""",
+        "ch10-allgather-matmul": """
+def allgather_collective_matmul(a_block, w_block, axis):
+    size, me = jax.lax.axis_size(axis), jax.lax.axis_index(axis)
+    cols = a_block.shape[1]
+    left = [(j, (j - 1) % size) for j in range(size)]      # every device passes its block to the one before
+
+    def w_part(owner):
+        start = (owner % size) * cols
+        return jax.lax.dynamic_slice(w_block, (start, 0), (cols, w_block.shape[1]))
+
+    partials = [jnp.matmul(a_block.astype(jnp.float32), w_part(me).astype(jnp.float32))]
+    block = a_block
+    for hop in range(1, size):
+        block = jax.lax.ppermute(block, axis, left)         # now the A block of device me + hop
+        partials.append(jnp.matmul(block.astype(jnp.float32), w_part(me + hop).astype(jnp.float32)))
+    return sum(partials[1:], partials[0])
+""",
+        "ch10-reduce-scatter-matmul": """
+def reduce_scatter_collective_matmul(t_block, w_block, axis):
+    size, me = jax.lax.axis_size(axis), jax.lax.axis_index(axis)
+    width = w_block.shape[1] // size
+    left = [(j, (j - 1) % size) for j in range(size)]      # one way round: to the previous device
+
+    def for_owner(owner):
+        w_cols = jax.lax.dynamic_slice(w_block, (0, (owner % size) * width), (w_block.shape[0], width))
+        return t_block.astype(jnp.float32) @ w_cols.astype(jnp.float32)
+
+    # going -1, the sum device i starts reaches device i - (size - 1) = i + 1 after size - 1 hops
+    running = for_owner(me + 1)
+    for hop in range(1, size):
+        running = jax.lax.ppermute(running, axis, left)
+        running = running + for_owner(me + 1 + hop)        # it was started by me + hop, bound for me + hop + 1
+    return running
+""",
+        "ch10-overlap-time": """
+def ring_matmul_times(kind, batch, k, n_out, axis_size, batch_shards, flops_per_s, link_bytes_per_s, dtype_bytes):
+    rows = batch / batch_shards
+    chunk_flops = 2 * rows * (k / axis_size) * (n_out / axis_size)
+    moved = k if kind == "all_gather" else n_out            # A's columns travel, or the partial sums' columns
+    message_bytes = rows * (moved / axis_size) * dtype_bytes
+    chunk, message = chunk_flops / flops_per_s, message_bytes / link_bytes_per_s
+    sends = axis_size - 1                                  # the last round computes only
+    overlapped = sends * max(chunk, message) + chunk
+    serial = axis_size * chunk + sends * message
+    return overlapped, serial, bool(message <= chunk)
+""",
+        "ch10-hiding-width": """
+def min_hiding_dim(flops_per_s, link_bytes_per_s, dtype_bytes, axis_size):
+    # per device, a chunk of F/Y columns takes 2 (B/X)(D/Y)(F/Y) / C; its message (B/X)(D/Y) bytes / W
+    columns_per_device = (dtype_bytes / 2) * (flops_per_s / link_bytes_per_s)
+    return float(columns_per_device * axis_size)
 """,
     },
 }

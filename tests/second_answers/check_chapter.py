@@ -4,7 +4,8 @@
 
 The student notebook gets the solution in every answer cell, except the exercises that a module of this
 package gives a second answer for (``SECOND[chapter][exercise id]``); ``--only`` keeps the solution for all the
-others. ``--solution`` grades the untouched solution next to it, to tell a grader problem from an answer's.
+others. ``--solution`` grades the untouched solution next to it, to tell a grader problem from an answer's; ``--open``
+grades the same answers with all of scalelib reachable, to tell what the grader withholds from a wrong answer.
 For working on the answers; the grading tests hook the same answers into their shared graded fixture.
 """
 
@@ -36,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("chapter")
     ap.add_argument("--solution", action="store_true", help="also grade the solution as a second student")
+    ap.add_argument("--open", action="store_true",
+                    help="also grade the second answers with all of scalelib reachable (student 'second_open'): an "
+                         "answer that scores there but not as 'second' loses only to what the grader withholds")
     ap.add_argument("--only", nargs="*", default=None, help="exercise ids to replace (default: all given)")
     args = ap.parse_args(argv)
     answers = second_answers(args.chapter)
@@ -49,9 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         subs = Path(tmp) / "subs"
         subs.mkdir()
         nbformat.write(answered(args.chapter, second), subs / "second.ipynb")
+        if args.open:
+            nbformat.write(answered(args.chapter, second), subs / "second_open.ipynb")
         if args.solution:
             nbformat.write(answered(args.chapter), subs / "solution.ipynb")
-        results = {r.student: r for r in grade.grade(subs, args.chapter, Path(tmp) / "out", quiet=True)}
+        results = {r.student: r for r in grade.grade(subs, args.chapter, Path(tmp) / "out", quiet=True,
+                                                     unrestricted=frozenset({"second_open"}))}
     points = {e: x.points for e, x in align.load_chapter(course.SOLUTIONS / f"{args.chapter}.ipynb").exercises.items()}
     bad = 0
     for student, r in sorted(results.items()):
