@@ -1,6 +1,6 @@
 """Grade one chapter's second answers (tests/second_answers/) and print each exercise's score.
 
-    .venv/bin/python -m tests.second_answers.check_chapter 07_inference [--solution] [--only EID ...]
+    .venv/bin/python -m tests.second_answers.check_chapter 07_inference [--open] [--solution] [--only EID ...]
 
 The student notebook gets the solution in every answer cell, except the exercises that a module of this
 package gives a second answer for (``SECOND[chapter][exercise id]``); ``--only`` keeps the solution for all the
@@ -28,6 +28,8 @@ def second_answers(chapter: str) -> dict[str, str]:
     found: dict[str, str] = {}
     package = Path(__file__).parent
     for info in pkgutil.iter_modules([str(package)]):
+        if info.name == Path(__file__).stem:
+            continue
         mod = importlib.import_module(f"tests.second_answers.{info.name}")
         found.update(getattr(mod, "SECOND", {}).get(chapter, {}))
     return found
