@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 import time
 import types
 import warnings
@@ -58,6 +59,9 @@ class CallTimeout(Exception):
 
 class StudentError(Exception):
     """The student's function raised; the message is theirs (type name first)."""
+
+
+_UNDEFINED = re.compile(r"NameError: name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 
 
 class TestFault(Exception):
@@ -228,9 +232,16 @@ class Judge:
         if type(reply) is not dict:
             return Opaque("unreadable reply")
         if "err" in reply:
+            text = str(reply["err"])[:2000]
+            missing = _UNDEFINED.match(text)
+            if missing and missing.group(1) in self.context.chapter.answer_names:
+                # the probe called a function the student's notebook should define: the student's cell raised (or
+                # did not define it), not the test
+                raise StudentError(f"{text} (your notebook does not define it: its cell raised, or it has "
+                                   "another name)")
             if reply.get("by") in ("test", "grader"):  # the kernel says so; a student who forges it still scores 0
-                raise TestFault(str(reply["err"])[:2000])
-            raise StudentError(str(reply["err"])[:2000])
+                raise TestFault(text)
+            raise StudentError(text)
         self.answers += 1
         return decode(reply.get("ok"))
 
