@@ -10,12 +10,12 @@ import pytest
 from scalelib import hardware, model
 from scalelib import transformer_flops as fl
 from scalelib.parallel import cost, flops, pricing
+from scalelib.parallel.cases import FLOPS_CFG
 from scalelib.parallel.expert import ExpertParallel, capacity
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
 from scalelib.parallel.multislice import Multislice
 from scalelib.parallel.pipeline import Pipeline
-from tests.test_model import FLOPS_CFG
 
 SEQ = 128
 MOE_CFG = FLOPS_CFG.replace(n_experts=8, experts_per_token=2, expert_d_ff=512, router_bias=True)

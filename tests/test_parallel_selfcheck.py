@@ -15,9 +15,9 @@ import pytest
 
 from scalelib import launch
 from scalelib.hlo import CollectiveOp
-from scalelib.parallel import compare, registry, selfcheck
+from scalelib.parallel import cases, compare, registry, selfcheck
 from scalelib.parallel.scheme import Collective, Scheme
-from tests import test_collective_matmul, test_parallel_schemes
+from tests import test_collective_matmul
 
 SMOKE = "data"  # the one scheme the floor suite runs across processes (-m "not sweep")
 SCHEMES = [pytest.param(name, marks=() if name == SMOKE else pytest.mark.sweep) for name in selfcheck.checks()]
@@ -53,14 +53,12 @@ def test_every_registered_scheme_is_checked():
     assert all(cls.reference_step is Scheme.reference_step for cls in registry.SCHEMES.values())
 
 
-def test_tolerances_are_the_single_process_tests():
-    assert (selfcheck.RTOL, selfcheck.ATOL) == (test_parallel_schemes.RTOL, test_parallel_schemes.ATOL)
+def test_selfcheck_cases_come_from_the_shared_table():
     assert (selfcheck.MATMUL_RTOL, selfcheck.MATMUL_ATOL) == (test_collective_matmul.RTOL, test_collective_matmul.ATOL)
-    by_id = test_parallel_schemes.BY_ID
-    for name, case_id in (("data", "data-8"), ("zero3", "zero3-8"), ("expert", "expert-4"), ("1f1b", "1f1b-2")):
-        ours = next(c for n, c in selfcheck.cases().items() if n.endswith(name))
-        assert (ours.hp, ours.loss_atol, ours.collectives) == (by_id[case_id].hp, by_id[case_id].loss_atol,
-                                                             by_id[case_id].collectives)
+    assert all(cases.BY_ID[case.id] is case and case.selfcheck == name for name, case in selfcheck.cases().items())
+    assert list(selfcheck.cases()) == ["data", "zero1", "zero2", "zero3", "tensor", "fsdp_tp", "multislice",
+                                       "pipeline.gpipe", "pipeline.1f1b", "expert", "sequence.all_gather",
+                                       "sequence.ring"]
 
 
 def test_differences_are_reported():

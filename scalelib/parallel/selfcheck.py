@@ -24,7 +24,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from scalelib.parallel import compare
@@ -35,35 +35,13 @@ if TYPE_CHECKING:
 
     from scalelib import train
     from scalelib.kernels.collective_matmul import Kind
+    from scalelib.parallel.cases import Case
     from scalelib.transformer import TransformerConfig
 
 RTOL, ATOL = compare.RTOL, compare.ATOL
 MATMUL_RTOL, MATMUL_ATOL = compare.MATMUL_RTOL, compare.MATMUL_ATOL
 STEPS = 3
 DEVICES = 8  # the meshes below are laid out for this many devices in all
-
-
-@dataclass(frozen=True)
-class Case:
-    """One scheme on one mesh and model, and how its compiled collectives are compared.
-
-    ``collectives``: "sums" (bytes per (kind, axes) equal, counts at most the predicted ones),
-    "counts" (counts equal too), "each" (every op) or "loop" (the pipeline's rolled tick loop).
-    ``merged``: predicted ops XLA:CPU folds into others (FSDP's backward regathers, see
-    tests/test_parallel_schemes.py). A mesh smaller than the job takes the same number of devices
-    from every process, so it still spans them.
-    """
-
-    name: str
-    scheme: Any  # a scalelib.parallel.Scheme
-    shape: tuple[int, ...]
-    cfg: Any  # TransformerConfig
-    hp: Any  # train.Adam
-    batch: int = 16
-    seq: int = 16
-    loss_atol: float = ATOL
-    collectives: str = "sums"
-    merged: Callable[[Any], bool] = field(default=lambda c: False)
 
 
 @dataclass(frozen=True)
@@ -80,45 +58,13 @@ class CheckResult:
         return f"{self.scheme} ok" if self.ok else f"{self.scheme} DIFFERS: " + "; ".join(self.problems)
 
 
-def _regather(c: Any) -> bool:
-    return c.kind == "all_gather" and c.phase == "backward"
-
-
 @functools.cache
 def cases() -> dict[str, Case]:
-    """The scheme cases by name (the models and settings of tests/test_parallel_schemes.py); the tests
-    check that every scheme of the registry has one."""
-    from scalelib import model, train
-    from scalelib.parallel.data import DataParallel
-    from scalelib.parallel.expert import ExpertParallel
-    from scalelib.parallel.fsdp import FSDP
-    from scalelib.parallel.fsdp_tp import FSDPTensor
-    from scalelib.parallel.multislice import Multislice
-    from scalelib.parallel.pipeline import Pipeline
-    from scalelib.parallel.sequence import SequenceParallel
-    from scalelib.parallel.tensor import TensorParallel
+    """The scheme cases by name: those of ``scalelib.parallel.cases`` the self-check runs; the tests check
+    that every scheme of the registry has one."""
+    from scalelib.parallel.cases import SELFCHECKED
 
-    hp, hp_lr = train.Adam(learning_rate=1e-2, eps=1e-3), train.Adam(learning_rate=1e-2, eps=1e-2)
-    cfg = model.small_config()
-    tp = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)  # a model axis of 4 divides N and K
-    pp = model.small_config(n_layers=4)
-    moe = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32, n_shared_experts=1, router_bias=True)
-    seq = model.small_config(n_layers=1, n_experts=4, experts_per_token=2, expert_d_ff=32, qkv_bias=True)
-    no_drop = moe.n_experts / moe.experts_per_token  # every expert has a slot for every token
-    out = [
-        Case("data", DataParallel(microbatches=2, remat="full"), (8,), cfg, hp),
-        *(Case(f"zero{s}", FSDP(stage=s), (8,), cfg, hp, collectives="counts" if s == 3 else "sums",
-               merged=_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
-        Case("tensor", TensorParallel(), (2, 4), tp, hp),
-        Case("fsdp_tp", FSDPTensor(), (2, 4), tp, hp, collectives="counts", merged=_regather),
-        Case("multislice", Multislice(), (2, 4), cfg, hp),
-        Case("pipeline.gpipe", Pipeline(2, "gpipe"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("pipeline.1f1b", Pipeline(4, "1f1b"), (4,), pp, hp_lr, 4, 8, 0.0, "loop"),
-        Case("expert", ExpertParallel(no_drop), (8,), moe, hp_lr, 8, 8, 0.0, "each"),
-        *(Case(f"sequence.{m}", SequenceParallel(m), (8,), seq, hp_lr, 2, 16, 0.0, "each")
-          for m in ("all_gather", "ring")),
-    ]
-    return {c.name: c for c in out}
+    return dict(SELFCHECKED)
 
 
 def spread_devices(n: int) -> list:
@@ -177,7 +123,8 @@ def setup(case: Case) -> tuple[jax.sharding.Mesh, Any, jax.Array, Any]:
     token_sharding = NamedSharding(mesh, case.scheme.token_spec(shape))
     rows = distributed.process_rows(token_sharding, tokens.shape)  # what this process's loader would read
     t = distributed.from_process_rows(tokens[rows], token_sharding, tokens.shape)
-    compiled = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile()
+    step: Any = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True)  # jitted
+    compiled = step.lower(s, t).compile()
     distributed.barrier(f"{case.name} compiled")  # then its new groups of devices meet within gloo's 30 s
     return mesh, s, t, compiled
 
