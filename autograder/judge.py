@@ -233,7 +233,7 @@ class Judge:
             return Opaque("unreadable reply")
         if "err" in reply:
             text = str(reply["err"])[:2000]
-            missing = _UNDEFINED.match(text)
+            missing = _UNDEFINED.search(text)
             if missing and missing.group(1) in self.context.chapter.answer_names:
                 # the probe called a function the student's notebook should define: the student's cell raised (or
                 # did not define it), not the test

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Literal, Sequence
 
 import jax
 
-from scalelib.devices import mesh_devices
+from scalelib.device_pick import mesh_devices
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
 
@@ -46,7 +46,7 @@ def make_mesh(shape: Sequence[int], names: Sequence[str], kind: AxisKind = "expl
               devices: Sequence[Any] | None = None) -> jax.sharding.Mesh:
     """A device mesh whose axis types are always given explicitly (never JAX's default).
 
-    Without ``devices`` the mesh takes the first ``prod(shape)`` of ``scalelib.devices.mesh_devices``: JAX's
+    Without ``devices`` the mesh takes the first ``prod(shape)`` of ``scalelib.device_pick.mesh_devices``: JAX's
     default devices, or beside too few accelerators (one GPU) the simulated CPU devices set up next to them.
     """
     if devices is None:

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+
+from scalelib.device_pick import DeviceSetupError, cpu_devices, mesh_devices
+
+__all__ = ["DeviceInfo", "DeviceSetupError", "cpu_devices", "mesh_devices", "request_cpu_devices", "setup"]
 
 DEFAULT_DEVICES = 8
 _COUNT_FLAG = "xla_force_host_platform_device_count"
-
-
-class DeviceSetupError(RuntimeError):
-    """JAX started with fewer devices than asked for; restarting the process is the fix."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +78,7 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
     if platform != "cpu":
         if len(devices) >= n:
             return DeviceInfo(platform=platform, count=len(devices), simulated=False, kind=kind)
-        cpu = _cpu_devices()
+        cpu = cpu_devices()
         if len(cpu) < n:
             raise DeviceSetupError(
                 f"this runtime has {len(devices)} {platform.upper()} device(s), fewer than the {n} the sharding "
@@ -96,46 +95,6 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
 
 _RESTART = ("The device count is fixed when JAX starts, so scalelib.devices.setup() must run before any JAX "
             "computation. Restart the kernel (Colab: Runtime > Restart session), then run the set-up cell first.")
-
-
-def _cpu_devices() -> list[Any]:
-    """JAX's CPU devices, [] when the CPU backend is left out (``JAX_PLATFORMS=cuda``, say)."""
-    import jax
-
-    try:
-        return list(jax.devices("cpu"))
-    except RuntimeError:  # "Unknown backend cpu" / backend failed to initialize
-        return []
-
-
-def mesh_devices(n: int) -> list[Any]:
-    """The ``n`` devices a mesh of ``n`` devices is laid out on when its caller names none.
-
-    ``compat.make_mesh`` calls it. The first ``n`` of JAX's default devices when there are that many (every
-    CPU set-up; an accelerator machine with at least ``n`` chips; all processes' devices in a multi-process
-    job), else, in a single process beside too few accelerators, the first ``n`` CPU devices that ``setup``
-    asked for. Neither: ``DeviceSetupError`` saying what to do.
-    """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int (number of devices in the mesh), got {n!r}")
-    import jax
-
-    default = jax.devices()
-    if len(default) >= n:
-        return list(default[:n])
-    platform = default[0].platform
-    if platform != "cpu" and jax.process_count() == 1:
-        cpu = _cpu_devices()
-        if len(cpu) >= n:
-            return cpu[:n]
-        more = f" and {len(cpu)} CPU device(s)"
-    else:
-        more = ""
-    raise DeviceSetupError(
-        f"a mesh of {n} devices needs {n} devices, but this process has {len(default)} {platform.upper()} "
-        f"device(s){more}. Ask for them first thing, before any JAX computation: scalelib.devices.setup({n}) "
-        "(in a notebook: restart the kernel and run the set-up cell first, with the count changed), or build a "
-        "smaller mesh.")
 
 
 def request_cpu_devices(n: int) -> None:

@@ -17,8 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from scalelib.collectives import KINDS
-from scalelib.dtypes import DTYPE_BYTES as _ALL_DTYPE_BYTES
-from scalelib.dtypes import HLO_TYPES
+from scalelib.hlo_text import DTYPE_BYTES as DTYPE_BYTES  # bytes per element of each type HLO prints
+from scalelib.hlo_text import array_bytes, strip_index_comments
 
 _HLO_NAMES = "|".join(k.replace("_", "-") for k in KINDS)  # all-gather|...|collective-permute
 COLLECTIVE_OP = re.compile(rf"\b({_HLO_NAMES})(?:-start)?\(")  # one collective instruction of HLO text
@@ -89,10 +89,7 @@ def hlo_collectives(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[tuple
     return tuple(out)
 
 
-# Bytes per element of each type HLO prints (scalelib.dtypes holds the numbers).
-DTYPE_BYTES: dict[str, int] = {name: int(_ALL_DTYPE_BYTES[name]) for name in HLO_TYPES}
 _RESULT = re.compile(rf"=\s*(\(?[^=]*?\)?)\s+(?:{_HLO_NAMES})(?:-start)?\(")
-_ARRAY = re.compile(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]")
 
 
 @dataclass(frozen=True)
@@ -108,17 +105,14 @@ def _result_bytes(line: str) -> int:
     m = _RESULT.search(line)
     if not m:
         return 0
-    total = 0
-    for dtype, dims in _ARRAY.findall(m.group(1)):
-        size = math.prod(int(d) for d in dims.split(",") if d) if dims else 1
-        total += size * DTYPE_BYTES[dtype]
+    total = array_bytes(m.group(1))
     # async "-start" ops return (operands, results[, scratch]); count only the results half
     return total // 2 if "-start(" in line and m.group(1).startswith("(") else total
 
 
 def collective_ops(hlo_text: str, mesh_shape: Mapping[str, int]) -> tuple[CollectiveOp, ...]:
     """Every collective in compiled HLO text, in program order, with its axes and result bytes."""
-    hlo_text = re.sub(r"/\*index=\d+\*/", "", hlo_text)  # XLA numbers long tuple types with comments
+    hlo_text = strip_index_comments(hlo_text)
     kinds = hlo_collectives(hlo_text, mesh_shape)
     lines = [ln for ln in hlo_text.splitlines() if COLLECTIVE_OP.search(ln) and "-done(" not in ln]
     return tuple(CollectiveOp(kind, axes, _result_bytes(ln)) for (kind, axes), ln in zip(kinds, lines))

@@ -20,7 +20,8 @@ def _judge(reply: dict) -> Judge:
 
 def test_a_probe_missing_the_students_function_is_the_students_fault():
     """ch03's probe calls ring_all_gather; a notebook whose answer cell raised never defined it: the student's."""
-    judge = _judge({"err": "NameError: name 'ring_all_gather' is not defined", "by": "test"})
+    judge = _judge({"err": "the test's helper run_ring raised NameError: name 'ring_all_gather' is not defined",
+                    "by": "test"})
     with pytest.raises(StudentError, match="your notebook does not define it"):
         judge.ask("__grader__.call('__grader_probe_run_ring', '')")
 

@@ -20,10 +20,10 @@ from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib import transformer_memory as mem
 from scalelib.kernels import flash_attention
+from scalelib.parallel.cases import FLOPS_CFG
 
 FLOPS_RTOL = 0.02
 # Matmuls dominate: D = 256, F = 1024, T = 128 (attention scores are small next to 3DF).
-FLOPS_CFG = model.small_config(d_model=256, head_dim=64, d_ff=1024, vocab_size=512)
 B, T = 2, 128
 
 

@@ -18,8 +18,8 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, model
 from scalelib.parallel import expert as ep
+from scalelib.parallel.compare import ATOL, RTOL
 
-RTOL, ATOL = 1e-5, 1e-6
 CFG = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32, n_shared_experts=1, router_bias=True)
 NO_DROP = CFG.n_experts / CFG.experts_per_token
 

@@ -1,6 +1,6 @@
 """The schemes' executed FLOPs (``Scheme.step_flops``) against the book's per-layer cost model.
 
-``cost.layer_cost`` prices the MLP's matmuls forward and backward (section 5); the executed steps
+``pricing.layer_cost`` prices the MLP's matmuls forward and backward (section 5); the executed steps
 add each scheme's own extras. These identities are exact (rel 1e-12). The step FLOPs against XLA's
 ``cost_analysis`` are checked for every scheme in tests/test_parallel_schemes.py.
 """
@@ -9,27 +9,27 @@ import pytest
 
 from scalelib import hardware, model
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, flops
+from scalelib.parallel import cost, flops, pricing
+from scalelib.parallel.cases import FLOPS_CFG
 from scalelib.parallel.expert import ExpertParallel, capacity
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
 from scalelib.parallel.multislice import Multislice
 from scalelib.parallel.pipeline import Pipeline
-from tests.test_model import FLOPS_CFG
 
 SEQ = 128
 MOE_CFG = FLOPS_CFG.replace(n_experts=8, experts_per_token=2, expert_d_ff=512, router_bias=True)
 
 
 def cost_model_flops(layout, cfg, batch, seq_len):
-    """FLOPs per chip and step that ``cost.layer_cost`` prices: its compute time at peak, all layers."""
+    """FLOPs per chip and step that ``pricing.layer_cost`` prices: its compute time at peak, all layers."""
     chip = hardware.TPU_V5P
     layer = LayerModel.from_config(cfg, count_gate=True)
-    return cost.layer_cost(layout, layer, chip, batch * seq_len).compute_s * chip.flops_per_s("bf16") * cfg.n_layers
+    return pricing.layer_cost(layout, layer, chip, batch * seq_len).compute_s * chip.flops_per_s("bf16") * cfg.n_layers
 
 
 def test_cost_model_compute_is_the_executed_mlp_up_to_each_schemes_extra():
-    # cost.layer_cost counts the MLP's matmuls, forward and backward. Multislice executes exactly that;
+    # pricing.layer_cost counts the MLP's matmuls, forward and backward. Multislice executes exactly that;
     # the pipeline recomputes each stage's forward in its B ops (4/3); experts run E C capacity slots
     # where the cost model routes k experts per token (E C / (n k)).
     cfg = model.small_config(n_layers=4)

@@ -8,10 +8,10 @@ import jax
 import numpy as np
 
 from scalelib import compat, hlo, model, train
+from scalelib.parallel.compare import ATOL, RTOL
 from scalelib.parallel.fsdp import FSDP
 from scalelib.parallel.scheme import sum_by_kind
 
-RTOL, ATOL = 1e-5, 1e-6
 HP = train.Adam(learning_rate=1e-2, eps=1e-3)
 CFG = model.small_config()
 BATCH, SEQ = 16, 16

@@ -13,37 +13,29 @@ Everything compiles with ``compat.fast_compiles`` (XLA's HLO passes run, its LLV
 compiled HLO, its collectives, cost analysis and argument bytes are what a default compile gives;
 only the generated machine code is slower, which these tiny steps do not feel.
 
-Tolerances (float32): RTOL 1e-5 and ATOL 1e-6 for weights, moments and gradients; the loss at
-RTOL and ATOL for the shard_map-per-step schemes and at RTOL alone for pipeline, expert and sequence,
-as before. The sharded steps add the same numbers in a different order, so gradients differ by
-~1e-8. Adam turns a gradient g into about g / (|g| + eps); with the default eps = 1e-8 its
-derivative at |g| ~ eps is lr / eps = 1e6, so a 1e-8 reordering error in a near-zero gradient
-moves that weight by ~1e-4. That is Adam's conditioning, not the scheme, so the steps use eps =
-1e-3 (derivative <= lr / eps = 10), or eps = lr = 1e-2 where microbatches or routing reorder more
-sums (pipeline, expert, sequence), with the same tolerances.
+The cases, their models and tolerances are the table of ``scalelib.parallel.cases`` (its docstring
+says why Adam's eps is raised); the comparisons are ``scalelib.parallel.compare``'s, which the
+self-check and chapter 5 use too.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import re
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
 
 from scalelib import compat, hlo, model, train
 from scalelib import transformer as tf
-from scalelib.parallel import registry, specs
+from scalelib.parallel import compare, registry
+from scalelib.parallel.compare import ATOL, RTOL
+from scalelib.parallel.cases import CASES as TESTED, CFG, FLOPS_BY_ID, FLOPS_CASES, FLOPS_CFG, MOE_CFG, PP_CFG, Case, \
+    is_regather
 from scalelib.parallel.data import DataParallel
 from scalelib.parallel.expert import ExpertParallel
 from scalelib.parallel.fsdp import FSDP
-from scalelib.parallel.fsdp_tp import FSDPTensor
 from scalelib.parallel.multislice import Multislice
 from scalelib.parallel.pipeline import Pipeline
 from scalelib.parallel.schedule import schedule
@@ -51,77 +43,10 @@ from scalelib.parallel.scheme import Collective, Scheme, sum_by_kind
 from scalelib.parallel.sequence import SequenceParallel
 from scalelib.parallel.tensor import TensorParallel
 from scalelib.transformer_memory import activation_memory
-from tests.test_model import FLOPS_CFG, FLOPS_RTOL
+from tests.test_model import FLOPS_RTOL
 
-RTOL, ATOL = 1e-5, 1e-6
 STEPS = 3
-HP = train.Adam(learning_rate=1e-2, eps=1e-3)
-HP_LR = train.Adam(learning_rate=1e-2, eps=1e-2)  # eps = lr: see the module docstring
-
-CFG = model.small_config()
-TP_CFG = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8)  # a model axis of 4 divides N and K
-PP_CFG = model.small_config(n_layers=4)
-MOE_CFG = model.small_config(n_experts=8, experts_per_token=2, expert_d_ff=32, n_shared_experts=1, router_bias=True)
-# Sequence parallelism on a small MoE model with qkv biases: MoE (dense dispatch) is per token, so it
-# runs unchanged on a sequence chunk, and the biases exercise the sharded attention's inputs.
-SEQ_CFG = model.small_config(n_layers=1, n_experts=4, experts_per_token=2, expert_d_ff=32, qkv_bias=True)
-
-
-@dataclass(frozen=True)
-class Case:
-    """One scheme on one mesh and model, with how its compiled collectives are compared.
-
-    ``collectives``: "sums" (bytes per (kind, axes) equal; XLA may combine ops of one kind, so each
-    count lies in [1, predicted]), "counts" (bytes and op counts equal), "each" (every op's kind,
-    axes and bytes, permutes without axes) or "loop" (the pipeline's rolled tick loop).
-    ``merged``: predicted ops XLA:CPU folds into others (the backward regathers of FSDP: it expands
-    the optimization barrier and CSE merges each with its forward twin, keeping the full weights).
-    """
-
-    id: str
-    scheme: Scheme
-    shape: tuple[int, ...]
-    cfg: tf.TransformerConfig = CFG
-    hp: train.Adam = HP
-    batch: int = 16
-    seq: int = 16
-    keys: tuple[int, int] = (0, 1)
-    loss_atol: float = ATOL
-    collectives: str = "sums"
-    merged: Callable[[Collective], bool] = field(default=lambda c: False)
-
-    @property
-    def mesh(self) -> jax.sharding.Mesh:
-        n = math.prod(self.shape)
-        return compat.make_mesh(self.shape, self.scheme.mesh_axes, devices=jax.devices()[:n])
-
-
-def _regather(c: Collective) -> bool:
-    return c.kind == "all_gather" and c.phase == "backward"
-
-
-CASES = [
-    Case("data-8", DataParallel(microbatches=2, remat="full"), (8,)),
-    Case("data-2x4", DataParallel(axes=("x", "y")), (2, 4)),
-    Case("zero1-8", FSDP(stage=1), (8,)),
-    Case("zero2-8", FSDP(stage=2), (8,)),
-    Case("zero3-8", FSDP(stage=3), (8,), collectives="counts", merged=_regather),
-    Case("tensor-2x4", TensorParallel(), (2, 4), TP_CFG),
-    Case("tensor-4x2", TensorParallel(), (4, 2), TP_CFG),
-    Case("fsdp_tp-2x4", FSDPTensor(), (2, 4), TP_CFG, collectives="counts", merged=_regather),
-    Case("fsdp_tp-4x2", FSDPTensor(), (4, 2), TP_CFG, collectives="counts", merged=_regather),
-    Case("multislice-2x4", Multislice(), (2, 4)),
-    # GPipe with M = 2 < S = 4 microbatches; 1F1B with S = 2 stages of 1 layer and M = 3.
-    Case("gpipe-4", Pipeline(2, "gpipe"), (4,), PP_CFG, HP_LR, 4, 8, loss_atol=0, collectives="loop"),
-    Case("1f1b-2", Pipeline(3, "1f1b"), (2,), CFG, HP_LR, 6, 8, (2, 3), loss_atol=0, collectives="loop"),
-    # capacity factor E / k: every expert has a slot for every token, so nothing is dropped
-    Case("expert-4", ExpertParallel(MOE_CFG.n_experts / MOE_CFG.experts_per_token), (4,), MOE_CFG, HP_LR, 4, 8,
-         loss_atol=0, collectives="each"),
-    Case("seq-all_gather-4", SequenceParallel("all_gather"), (4,), SEQ_CFG, HP_LR, 2, 16, loss_atol=0,
-         collectives="each"),
-    Case("seq-ring-4", SequenceParallel("ring"), (4,), SEQ_CFG, HP_LR, 2, 16, loss_atol=0, collectives="each"),
-]
-BY_ID = {c.id: c for c in CASES}
+BY_ID = {c.id: c for c in TESTED}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -133,7 +58,7 @@ def quick_compiles():
 
 def test_every_registered_scheme_has_a_case_and_the_planner_order():
     assert registry.names() == ("data", "fsdp", "tensor", "fsdp_tp", "pipeline", "expert", "multislice", "sequence")
-    assert {c.scheme.name for c in CASES} == set(registry.names())
+    assert {c.scheme.name for c in TESTED} == set(registry.names())
     assert {c.scheme.name for c in FLOPS_CASES} == set(registry.names())
 
 
@@ -168,44 +93,23 @@ def compiled(case_id: str) -> dict:
             "ops": hlo.collective_ops(text, dict(mesh.shape))}
 
 
-def assert_tree_close(a: Any, b: Any) -> None:
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=RTOL, atol=ATOL), a, b)
-
-
 @pytest.mark.parametrize("case_id", BY_ID)
 def test_steps_and_gradients_match_single_device(case_id):
     case, c, ref = BY_ID[case_id], compiled(case_id), ref_of(BY_ID[case_id])
-    s, first_grads = c["state"], None
-    for loss_ref, params_ref in ref["steps"]:
+    s, first_grads, problems = c["state"], None, []
+    for i, (loss_ref, params_ref) in enumerate(ref["steps"], 1):
         s, loss, grads = c["step"](s, c["tokens"])
-        np.testing.assert_allclose(float(loss), loss_ref, rtol=RTOL, atol=case.loss_atol)
-        assert_tree_close(s.params, params_ref)
+        problems += compare.differences(float(loss), loss_ref, f"loss at step {i}", atol=case.loss_atol)
+        problems += compare.differences(s.params, params_ref, f"step {i} params")
         first_grads = grads if first_grads is None else first_grads
-    assert_tree_close(first_grads, ref["grads"])
-    assert_tree_close(s.opt.nu, ref["nu"])
+    problems += compare.differences(first_grads, ref["grads"], "step 1 grads")
+    problems += compare.differences(s.opt.nu, ref["nu"], "last Adam nu")
     # every output is laid out as the scheme's rules say (the gradients as the optimizer state)
-    want = case.scheme.state_specs(s.params, dict(c["mesh"].shape))
-    placed = lambda tree: specs.as_json(jax.tree.map(lambda a: P(*a.sharding.spec), tree))  # noqa: E731
-    assert placed(s) == specs.as_json(want) and placed(first_grads) == specs.as_json(want.opt.mu)
+    problems += compare.placement(case.scheme, s, first_grads, dict(c["mesh"].shape))
+    assert problems == []
 
 
 # ------------------------------------------------------------------ collectives
-
-def counts(collectives: Any) -> dict:
-    out: dict = {}
-    for c in collectives:
-        out[(c.kind, c.axes)] = out.get((c.kind, c.axes), 0) + (c.count if isinstance(c, Collective) else 1)
-    return out
-
-
-def check_collectives(ops: Any, predicted: Any, exact_counts: bool = False) -> None:
-    """Bytes per (kind, axes) must match exactly; XLA may combine ops of one kind into a tuple op,
-    so the compiled count may only be lower than predicted (equal when ``exact_counts``)."""
-    assert sum_by_kind(ops) == sum_by_kind(predicted)
-    got, want = counts(ops), counts(predicted)
-    for key in want:
-        assert (got[key] == want[key]) if exact_counts else (1 <= got[key] <= want[key]), (key, got[key], want[key])
-
 
 def predicted(case: Case) -> tuple[Collective, ...]:
     return case.scheme.predicted_collectives(case.cfg, dict(case.mesh.shape), case.batch, case.seq)
@@ -213,29 +117,13 @@ def predicted(case: Case) -> tuple[Collective, ...]:
 
 @pytest.mark.parametrize("case_id", BY_ID)
 def test_compiled_collectives_match_prediction(case_id):
+    # "each": layers are unrolled, so each predicted op is one HLO op, never combined or split by XLA
+    # (all replicated gradients and the loss share one tuple all-reduce). "loop": XLA keeps the tick
+    # loop rolled, so the two permutes appear once in the while body, whose known trip count is the
+    # number of ticks; the shared-weight gradients and the loss go in one tuple all-reduce.
     case, c = BY_ID[case_id], compiled(case_id)
-    pred, ops = [p for p in predicted(case) if not case.merged(p)], c["ops"]
-    if case.collectives in ("sums", "counts"):
-        check_collectives(ops, pred, exact_counts=case.collectives == "counts")
-    elif case.collectives == "each":
-        # Layers are unrolled: each predicted op is one HLO op, never combined or split by XLA
-        # (all replicated gradients and the loss share one tuple all-reduce).
-        seen = Counter((o.kind, o.axes, o.result_bytes) for o in ops)
-        want: Counter = Counter()
-        for p in pred:
-            want[(p.kind, None if p.kind == "collective_permute" else p.axes, p.bytes_per_device)] += p.count
-        assert seen == want
-    else:
-        # XLA keeps the tick loop rolled: the two permutes appear once in the while body, whose known
-        # trip count is the number of ticks; the shared-weight gradients and the loss go in one
-        # tuple all-reduce.
-        fwd, bwd, reduce = pred
-        permutes = [o for o in ops if o.kind == "collective_permute"]
-        assert [o.result_bytes for o in permutes] == [fwd.bytes_per_device, bwd.bytes_per_device]
-        assert re.findall(r'"known_trip_count":\{"n":"(\d+)"\}', c["text"]) == [str(fwd.count)]
-        reduces = [o for o in ops if o.kind == "all_reduce"]
-        assert [(o.axes, o.result_bytes) for o in reduces] == [(reduce.axes, reduce.bytes_per_device)]
-        assert len(ops) == 3
+    pred = [p for p in predicted(case) if not case.merged(p)]
+    assert compare.collectives(c["ops"], pred, case.collectives, c["text"]) == []
 
 
 def test_data_parallel_combines_every_gradient_and_the_loss_into_one_all_reduce():
@@ -248,10 +136,10 @@ def test_zero_stages_gather_and_scatter_as_the_stage_says(stage):
     case = BY_ID[f"zero{stage}-8"]
     ops, pred = compiled(case.id)["ops"], predicted(case)
     if stage == 3:  # the backward regathers are in the lowered program; XLA:CPU merges them (see Case)
-        backward = [c for c in pred if _regather(c)]
+        backward = [c for c in pred if is_regather(c)]
         assert sum(c.count for c in backward) == CFG.n_layers * 9 + 2  # 9 arrays per layer, final_norm, unembed
     else:
-        assert counts(ops)[("all_gather", ("data",))] == len(jax.tree.leaves(ref_of(case)["state"].params))
+        assert compare.op_counts(ops)[("all_gather", ("data",))] == len(jax.tree.leaves(ref_of(case)["state"].params))
     assert ("reduce_scatter" in {c.kind for c in ops}) == (stage >= 2)
 
 
@@ -259,7 +147,7 @@ def test_zero_stages_gather_and_scatter_as_the_stage_says(stage):
 def test_tensor_parallel_all_reduces_one_activation_per_block_and_pass(case_id):
     case, ops = BY_ID[case_id], compiled(case_id)["ops"]
     # One AllReduce of [B/X, T, D] per block forward and one backward: 4 L, none combined.
-    assert counts(ops)[("all_reduce", ("model",))] == 4 * case.cfg.n_layers
+    assert compare.op_counts(ops)[("all_reduce", ("model",))] == 4 * case.cfg.n_layers
     x = case.mesh.shape["data"]
     assert all(o.result_bytes == case.batch // x * case.seq * case.cfg.d_model * 4 for o in ops if o.axes == ("model",))
 
@@ -335,24 +223,6 @@ def test_memory_per_scheme_is_the_layout():
 # also counts the elementwise work (norms, softmax, activations, residual adds, routing), about 1%
 # here. So the prediction must lie below XLA and within 2%. Compiled only, never run:
 # ``compat.fast_compiles`` leaves the HLO and its cost analysis unchanged.
-FLOPS_SEQ = 128
-FLOPS_MOE = FLOPS_CFG.replace(n_experts=8, experts_per_token=2, expert_d_ff=512, n_shared_experts=1, router_bias=True)
-FLOPS_CASES = [
-    Case("data-4", DataParallel(), (4,), FLOPS_CFG, HP, 4, FLOPS_SEQ),
-    Case("zero3-4", FSDP(stage=3), (4,), FLOPS_CFG, HP, 4, FLOPS_SEQ),
-    Case("tensor-1x2", TensorParallel(), (1, 2), FLOPS_CFG, HP, 1, FLOPS_SEQ),
-    Case("fsdp_tp-2x2", FSDPTensor(), (2, 2), FLOPS_CFG, HP, 2, FLOPS_SEQ),
-    # both run one sequence per microbatch on each of 2 stages: GPipe with M = 2 (6 ticks), 1F1B with M = 4 (10)
-    Case("gpipe-2", Pipeline(2, "gpipe"), (2,), FLOPS_CFG, HP, 2, FLOPS_SEQ),
-    Case("1f1b-2", Pipeline(4, "1f1b"), (2,), FLOPS_CFG, HP, 4, FLOPS_SEQ),
-    # capacity factor 1.25: C = 40 slots per expert and sending device where tokens x k / E = 32 would do
-    Case("expert-4", ExpertParallel(1.25), (4,), FLOPS_MOE, HP, 4, FLOPS_SEQ),
-    Case("multislice-2x4", Multislice(), (2, 4), FLOPS_CFG, HP, 8, FLOPS_SEQ),  # one sequence per chip
-    Case("seq-ring-4", SequenceParallel("ring"), (4,), FLOPS_CFG, HP, 1, FLOPS_SEQ),
-]
-FLOPS_BY_ID = {c.id: c for c in FLOPS_CASES}
-
-
 @functools.lru_cache(maxsize=None)
 def xla_flops(case_id: str) -> float:
     case = FLOPS_BY_ID[case_id]
@@ -431,4 +301,4 @@ def test_make_loss_and_grads_is_the_steps_gradients():
     params = case.scheme.shard_params(ref["state"].params, mesh)
     loss, grads = lg(params, compiled(case.id)["tokens"])
     np.testing.assert_allclose(float(loss), ref["loss"], rtol=RTOL, atol=ATOL)
-    assert_tree_close(grads, ref["grads"])
+    assert compare.differences(grads, ref["grads"], "grads") == []

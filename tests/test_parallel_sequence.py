@@ -15,8 +15,8 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat
 from scalelib.kernels import reference_attention
 from scalelib.parallel import sequence as sp
+from scalelib.parallel.compare import ATOL, RTOL
 
-RTOL, ATOL = 1e-5, 1e-6
 METHODS = ["all_gather", "ring"]
 
 

@@ -1,9 +1,11 @@
 """What differs between a sharded run and its reference, as sentences (empty lists: nothing differs).
 
-The checks of tests/test_parallel_schemes.py in a form a program can report instead of asserting, for
-``scalelib.parallel.selfcheck``: values against the single-device step at fixed tolerances, output
-placement against the scheme's rules, compiled collectives (``scalelib.hlo.collective_ops``)
-against the scheme's ``predicted_collectives``, and which mesh axes cross processes.
+The one comparator of tests/test_parallel_schemes.py, ``scalelib.parallel.selfcheck`` and chapter 5
+(book section 5: a scheme must train like one device): values against the single-device step at
+fixed tolerances, output placement against the scheme's rules, compiled collectives
+(``scalelib.hlo.collective_ops``) against the scheme's ``predicted_collectives`` (and a table of
+both to print), and which mesh axes cross processes. A test asserts an empty list; the self-check
+prints the sentences.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any
 
-RTOL, ATOL = 1e-5, 1e-6  # tests/test_parallel_schemes.py (float32)
+RTOL, ATOL = 1e-5, 1e-6  # float32 steps against one device (``scalelib.parallel.cases`` says why)
 MATMUL_RTOL = MATMUL_ATOL = 1e-5  # tests/test_collective_matmul.py
 
 
@@ -56,7 +58,8 @@ def placement(scheme: Any, state: Any, grads: Any, mesh_shape: dict[str, int]) -
     return out
 
 
-def _counts(collectives: Any) -> Counter:
+def op_counts(collectives: Any) -> Counter:
+    """Ops per (kind, axes): a prediction's ``count`` each, one per compiled op."""
     from scalelib.parallel.scheme import Collective
 
     out: Counter = Counter()
@@ -81,7 +84,7 @@ def collectives(ops: Any, predicted: Any, mode: str = "sums", hlo_text: str = ""
         out = [f"{k} over {a}: compiled {got_bytes.get((k, a), 0)} bytes, predicted {b}"
                for (k, a), b in want_bytes.items() if got_bytes.get((k, a), 0) != b]
         out += [f"unpredicted {k} over {a} ({b} bytes)" for (k, a), b in got_bytes.items() if (k, a) not in want_bytes]
-        got, want = _counts(ops), _counts(predicted)
+        got, want = op_counts(ops), op_counts(predicted)
         for key, n in want.items():
             if key in got and not (got[key] == n if mode == "counts" else 1 <= got[key] <= n):
                 out.append(f"{key[0]} over {key[1]}: {got[key]} ops compiled, {n} predicted")
@@ -107,6 +110,19 @@ def collectives(ops: Any, predicted: Any, mode: str = "sums", hlo_text: str = ""
                        f"{reduce.bytes_per_device} B")
         return out
     raise ValueError(f"mode must be 'sums', 'counts', 'each' or 'loop', got {mode!r}")
+
+
+def collective_table(ops: Any, predicted: Any) -> str:
+    """Compiled bytes (ops) next to predicted bytes (ops), one line per (kind, axes) of either."""
+    from scalelib.parallel.scheme import sum_by_kind
+
+    got, want = sum_by_kind(ops), sum_by_kind(predicted)
+    n_got, n_want = op_counts(ops), op_counts(predicted)
+    lines = [f"{'collective':18s} {'axes':16s} {'compiled bytes (ops)':>22s} {'predicted bytes (ops)':>22s}"]
+    for k in sorted(set(got) | set(want), key=str):
+        lines.append(f"{k[0]:18s} {k[1]!s:16s} {got.get(k, 0):>14,d} ({n_got.get(k, 0):3d}) "
+                     f"{want.get(k, 0):>14,d} ({n_want.get(k, 0):3d})")
+    return "\n".join(lines)
 
 
 def axes_cross_processes(mesh: Any, crossing: tuple[str, ...], inside: tuple[str, ...]) -> list[str]:

@@ -29,7 +29,7 @@ from scalelib.parallel.common import Axes, MeshShape, as_axes, axes_size, check_
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.planner import PlanContext
+from scalelib.parallel.context import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import REMAT_POLICIES, RematPolicy, TransformerConfig

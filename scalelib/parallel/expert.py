@@ -36,7 +36,7 @@ from scalelib.parallel.common import MeshShape, is_spec, n_elements, place
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.planner import PlanContext
+from scalelib.parallel.context import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import TransformerConfig, mlp_params_per_expert

@@ -1,6 +1,6 @@
 """FLOPs one device executes in a training step, in the form every scheme's ``step_flops`` returns.
 
-``cost.layer_cost`` prices a layer the way book section 5 does: the MLP's D x F matrices only,
+``pricing.layer_cost`` prices a layer the way book section 5 does: the MLP's D x F matrices only,
 2 x tokens x weights forward and twice that backward. Each scheme's ``step_flops`` instead counts
 what its executed step really computes on one device, so it can be held against XLA's
 ``compiled.cost_analysis()['flops']``:

@@ -37,7 +37,7 @@ from scalelib.parallel.common import MeshShape, axes_size, check_batch, is_spec,
 from scalelib.parallel.flops import StepFlops, adam_flops
 from scalelib.parallel.layer import LayerTerms
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.planner import PlanContext
+from scalelib.parallel.context import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme, Step
 from scalelib.transformer import TransformerConfig

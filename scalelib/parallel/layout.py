@@ -2,17 +2,16 @@
 
 A ``Layout`` names a registered scheme and the sizes of its axes: ICI axes for the batch (data
 parallelism, FSDP), for tensor parallelism and for experts, pipeline stages, and slices over DCN.
-``cost.layer_cost``, ``memory.memory_per_chip`` and the planner read it; the scheme it names says
-how its collectives are priced (``Scheme.layer_comms_s``). Only sizes live here: the executed
-schemes on a real mesh take their own config (``scalelib.parallel.scheme``).
+``pricing.layer_cost``, ``memory.memory_per_chip`` and the planner read it; the scheme it names says
+how its collectives are priced (``Scheme.layer_comms_s``), and they look that name up in the
+registry (an unknown name fails there, with the registered names). Only sizes live here, below
+every scheme: the executed schemes on a real mesh take their own config (``scalelib.parallel.scheme``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
-from scalelib.parallel import registry
 
 
 @dataclass(frozen=True)
@@ -29,8 +28,9 @@ class Layout:
     slices: int = 1
 
     def __post_init__(self) -> None:
-        if self.scheme not in registry.SCHEMES:
-            raise ValueError(f"scheme must be one of {registry.names()}, got {self.scheme!r}")
+        if not (isinstance(self.scheme, str) and self.scheme):
+            raise ValueError(f"scheme must be a scheme's name such as 'fsdp' (scalelib.parallel.names() lists them), "
+                             f"got {self.scheme!r}")
         for name in ("data_axes", "model_axes", "expert_axes"):
             axes = tuple(getattr(self, name))
             if not axes or any(not isinstance(n, int) or n < 1 for n in axes):

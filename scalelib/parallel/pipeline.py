@@ -31,7 +31,7 @@ from scalelib.parallel.common import MeshShape, is_spec, nbytes
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.planner import PlanContext
+from scalelib.parallel.context import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.schedule import KINDS, Kind, schedule
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme

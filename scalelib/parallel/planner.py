@@ -5,7 +5,7 @@ DCN limits) and section 6 (the whole plan: FLOPs of the run, days on a pod, the 
 memory, memory per chip, why FSDP alone is comms-bound, the 2048 x 4 FSDP x TP split).
 
 Step time. Compute: the run's 6 N FLOPs per token (section 4) over the chips at ``mfu`` of peak.
-Communication: the per-layer ratio of comms to peak-rate compute from ``cost.layer_cost`` (the
+Communication: the per-layer ratio of comms to peak-rate compute from ``pricing.layer_cost`` (the
 book's MLP layer), applied pass by pass to the whole model, i.e. every weight is assumed to
 travel like the MLP's. A pass takes max(compute, comms); a pipeline is stretched by its bubble.
 
@@ -25,14 +25,14 @@ for that whole batch and it is priced for it, so all schemes are compared on the
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from typing import Any
 
 from scalelib import transformer as tf
 from scalelib.hardware import Chip, Dtype
-from scalelib.parallel import cost, registry
+from scalelib.parallel import cost, pricing, registry
+from scalelib.parallel.context import PlanContext, split_axes
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
 from scalelib.parallel.memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
@@ -164,17 +164,6 @@ def _run_time_s(s: SchemePlan) -> float:
     return s.step_time_s if s.training_time_s is None else s.training_time_s
 
 
-def split_axes(ways: int, n_axes: int) -> tuple[int, ...]:
-    """``ways`` as ``n_axes`` integer factors, each near ways^(1/n_axes) (ICI axes of a mesh)."""
-    out, rest = [], ways
-    for k in range(n_axes, 0, -1):
-        target = rest ** (1 / k)
-        d = min((d for d in range(1, rest + 1) if rest % d == 0), key=lambda d: abs(math.log(d / target)))
-        out.append(d)
-        rest //= d
-    return tuple(out)
-
-
 def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
     if isinstance(where, Slice):
         axes = tuple(n for n in where.shape if n > 1) or (1,)
@@ -183,54 +172,6 @@ def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
         raise ValueError(f"give a topology.Slice or a positive chip count, got {where!r}")
     n_axes = len(chip.pod_shape) if chip.torus else 1
     return where, split_axes(where, n_axes)
-
-
-@dataclass(frozen=True)
-class PlanContext:
-    """What the planner asks each scheme about: the layer, the chips of one slice and the run.
-
-    ``axes`` are the slice's ICI axes; ``global_batch_tokens`` the whole step's batch;
-    ``pipeline_stages`` / ``microbatches`` what the caller asked for (None: the scheme chooses).
-    """
-
-    layer: LayerModel
-    chip: Chip
-    chips: int
-    axes: tuple[int, ...]
-    global_batch_tokens: float
-    slices: int = 1
-    pipeline_stages: int | None = None
-    microbatches: int | None = None
-
-    @property
-    def n_axes(self) -> int:
-        """ICI axes longer than one chip (at least 1)."""
-        return len([a for a in self.axes if a > 1]) or 1
-
-    @property
-    def m_x(self) -> int:
-        """Axes section 5.1.4 gives FSDP (all but one)."""
-        return max(1, self.n_axes - 1)
-
-    def split(self, ways: int) -> tuple[int, ...]:
-        """``ways`` spread over as many axes as the slice has."""
-        return split_axes(ways, self.n_axes)
-
-    def mixed_axes(self, batch_tokens: float) -> dict[str, Any]:
-        """The FSDP x TP split of the slice for ``batch_tokens``, as Layout keyword arguments: the most
-        FSDP that stays compute-bound (the larger root of Appendix C), else the optimal degree, rounded
-        to powers of two."""
-        d_ff = self.layer.effective_d_ff
-        rng = cost.mixed_fsdp_ways_range(batch_tokens, d_ff, self.chips, self.chip, self.m_x, 1)
-        target = rng[1] if rng else cost.optimal_fsdp_ways(batch_tokens, d_ff, self.chips, self.m_x, 1)
-        x, y = cost.power_of_two_split(self.chips, min(max(1.0, target), self.chips))
-        return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}
-
-    def optimal_axes(self, batch_tokens: float) -> dict[str, Any]:
-        """The power-of-two FSDP x TP split nearest section 5.1.4's optimal FSDP degree."""
-        target = cost.optimal_fsdp_ways(batch_tokens, self.layer.effective_d_ff, self.chips, self.m_x)
-        x, y = cost.power_of_two_split(self.chips, min(self.chips, max(1.0, target)))
-        return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}
 
 
 def candidate_layouts(ctx: PlanContext) -> list[Layout]:
@@ -260,7 +201,7 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
     ctx = PlanContext(layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages, microbatches)
     plans = []
     for layout in candidate_layouts(ctx):
-        lc = cost.layer_cost(layout, layer, chip, global_batch_tokens)
+        lc = pricing.layer_cost(layout, layer, chip, global_batch_tokens)
         peak_s = step_flops / (layout.chips * chip.bf16_flops_per_s)
         passes = [(share * peak_s / mfu, p.comms_s / p.compute_s * share * peak_s)
                   for share, p in zip(_PASS_SHARE, (lc.forward, lc.backward))]
@@ -316,9 +257,9 @@ def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, wher
         ctx = PlanContext(layer, chip, chips, axes, batch)
         for s in schemes:
             layout, batch_s = registry.get(s).sweep_layout(ctx, batch)
-            lc = cost.layer_cost(layout, layer, chip, batch_s)
+            lc = pricing.layer_cost(layout, layer, chip, batch_s)
             curves[s].append(lc.comms_to_compute * lc.forward.compute_s)
-        compute.append(cost.layer_cost(Layout("fsdp", data_axes=axes), layer, chip, batch).forward.compute_s)
+        compute.append(pricing.layer_cost(Layout("fsdp", data_axes=axes), layer, chip, batch).forward.compute_s)
     ax.loglog(per_chip, compute, "k--", label="compute (one forward)")
     for s in schemes:
         ax.loglog(per_chip, curves[s], label=f"{s} comms")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar
 
 import jax
 from jax.sharding import NamedSharding
@@ -30,13 +30,11 @@ from jax.sharding import PartitionSpec as P
 from scalelib import compat, model, train
 from scalelib.parallel import specs
 from scalelib.parallel.common import MeshShape, check_mesh_axes, nbytes, place
+from scalelib.parallel.context import PlanContext
 from scalelib.parallel.flops import StepFlops
 from scalelib.parallel.layer import LayerModel, LayerTerms
 from scalelib.parallel.layout import Layout
 from scalelib.transformer import TransformerConfig
-
-if TYPE_CHECKING:
-    from scalelib.parallel.planner import PlanContext
 
 LocalFn = Callable[[Any, jax.Array], tuple[jax.Array, Any]]  # (params, tokens) -> (loss, grads), per device
 Step = Callable[..., Any]

@@ -106,10 +106,6 @@ class CheckResult:
         return f"{self.scheme} ok" + (f" ({self.note})" if self.note else "")
 
 
-def _regather(c: Any) -> bool:
-    return c.kind == "all_gather" and c.phase == "backward"
-
-
 def _up(x: int, m: int) -> int:
     """``x`` rounded up to a multiple of ``m``."""
     return m * -(-x // m)
@@ -122,6 +118,7 @@ def plan(devices: int = DEVICES, processes: int = 1) -> dict[str, Case | Skip]:
     batch, sequence, stage and expert counts grow only where the job's mesh needs them to split evenly.
     The tests check that every scheme of the registry has a case."""
     from scalelib import model, train
+    from scalelib.parallel.cases import is_regather
     from scalelib.parallel.data import DataParallel
     from scalelib.parallel.expert import ExpertParallel
     from scalelib.parallel.fsdp import FSDP
@@ -149,9 +146,9 @@ def plan(devices: int = DEVICES, processes: int = 1) -> dict[str, Case | Skip]:
     cases = [
         Case("data", DataParallel(microbatches=2, remat="full"), (n,), cfg, hp, _up(16, 2 * n)),
         *(Case(f"zero{s}", FSDP(stage=s), (n,), cfg, hp, _up(16, n), collectives="counts" if s == 3 else "sums",
-               merged=_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
+               merged=is_regather if s == 3 else lambda c: False) for s in (1, 2, 3)),
         Case("tensor", TensorParallel(), (n // y, y), tp, hp, _up(16, n // y)),
-        Case("fsdp_tp", FSDPTensor(), (n // y, y), tp, hp, _up(16, n // y), collectives="counts", merged=_regather),
+        Case("fsdp_tp", FSDPTensor(), (n // y, y), tp, hp, _up(16, n // y), collectives="counts", merged=is_regather),
         Case("multislice", Multislice(), (p, n // p) if p > 1 else (2, n // 2), cfg, hp, _up(16, n),
              note="" if p > 1 else "one process: the slice axis cannot cross processes, so where each axis "
                                    "runs is not checked"),

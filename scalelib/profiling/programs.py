@@ -8,8 +8,6 @@ primitives in a traced one.
 
 from __future__ import annotations
 
-import math
-import re
 import statistics
 import time
 from collections import Counter
@@ -18,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from scalelib import hlo
+from scalelib.hlo_text import array_bytes, called_computations, computation_flops, dot_flops, parse_module
 
 # ------------------------------------------------------------------ timing a jitted function
 
@@ -59,10 +58,6 @@ def time_jitted(fn: Callable, *args: Any, runs: int = 5, warmup: int = 1) -> Tim
 
 # ------------------------------------------------------------------ what a program contains
 
-_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.+?)\s+([a-z][a-z0-9\-]*)\((.*)$")
-_COMPUTATION = re.compile(r"^\s*(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-
-
 @dataclass(frozen=True)
 class HloOp:
     """One instruction of the entry computation."""
@@ -73,68 +68,22 @@ class HloOp:
     flops: float  # matmul FLOPs, counting dots inside the computations it calls
 
 
-def _type_bytes(type_text: str) -> int:
-    """Bytes of an HLO result type (all arrays of a tuple)."""
-    arrays = re.findall(r"\b(pred|[sfu]\d+|bf16)\[([\d,]*)\]", type_text)
-    return sum(math.prod(int(d) for d in dims.split(",") if d) * hlo.DTYPE_BYTES[dt]
-               for dt, dims in arrays if dt in hlo.DTYPE_BYTES)
-
-
-def _shape_of(type_text: str) -> tuple[int, ...] | None:
-    m = re.match(r"\s*(?:\w+)\[([\d,]*)\]", type_text)
-    return tuple(int(x) for x in m.group(1).split(",") if x) if m else None
-
-
 def hlo_ops(hlo_text: str) -> tuple[HloOp, ...]:
     """Instructions of the ENTRY computation, with result bytes and matmul FLOPs.
 
     An op's FLOPs are those of its dots, including dots in the computations it calls (a fusion's
-    body; a while loop's body counted once, whatever its trip count).
+    body; a while loop's body counted once, whatever its trip count), read by ``scalelib.hlo_text``.
     """
-    comps: dict[str, list] = {}
-    entry, current = None, None
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    for line in hlo_text.splitlines():
-        c = _COMPUTATION.match(line)
-        if c:
-            current = c.group(2)
-            comps[current] = []
-            entry = current if c.group(1) else entry
-            continue
-        m = _INSTR.match(line)
-        if m and current is not None:
-            name, type_text, opcode, rest = m.groups()
-            shapes[name] = _shape_of(type_text)
-            comps[current].append((name, type_text, opcode, rest))
-    if entry is None:
+    module = parse_module(hlo_text)
+    if module.entry is None:
         raise ValueError("no ENTRY computation found; pass the text of a compiled HLO module")
-
-    def flops(comp: str, seen: tuple[str, ...] = ()) -> float:
-        total = 0.0
-        for name, _, opcode, rest in comps.get(comp, []):
-            total += _op_flops(name, opcode, rest, shapes)
-            total += sum(flops(c, seen + (comp,)) for c in re.findall(r"(?:calls|body|to_apply)=%?([\w.\-]+)", rest)
-                         if c not in seen)
-        return total
-
+    shapes = module.shapes()
     out = []
-    for name, type_text, opcode, rest in comps[entry]:
-        called = re.findall(r"(?:calls|body)=%?([\w.\-]+)", rest)
-        op_flops = _op_flops(name, opcode, rest, shapes) + sum(flops(c) for c in called)
-        out.append(HloOp(name, opcode, _type_bytes(type_text), op_flops))
+    for i in module.computations[module.entry]:
+        op_flops = dot_flops(i, shapes) + sum(computation_flops(module, c, shapes)
+                                                        for c in called_computations(i.rest))
+        out.append(HloOp(i.name, i.opcode, array_bytes(i.type_text), op_flops))
     return tuple(out)
-
-
-def _op_flops(name: str, opcode: str, rest: str, shapes: Mapping[str, Any]) -> float:
-    if opcode != "dot":
-        return 0.0
-    operands = re.findall(r"%([\w.\-]+)", rest.split(")")[0])
-    contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
-    lhs, result = shapes.get(operands[0]) if operands else None, shapes.get(name)
-    if lhs is None or result is None or contracting is None:
-        return 0.0
-    k = math.prod(lhs[int(d)] for d in contracting.group(1).split(",") if d)
-    return 2.0 * math.prod(result) * k
 
 
 @dataclass(frozen=True)

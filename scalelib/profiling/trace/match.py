@@ -4,8 +4,8 @@ A profile names every op it timed after the optimized HLO instruction that ran (
 ``all-gather``, ``copy.1``), so the compiled program's text says what each one was: its opcode,
 the named scope it was written under (``jax.named_scope`` labels sit in the op's metadata, e.g.
 ``op_name="jit(step)/up_projection/dot_general"``), the matmul FLOPs it does and the bytes it reads
-and writes. ``index_hlo`` reads every computation of the module, not only the entry one, because
-ops inside a loop body run (and are traced) under their own names.
+and writes. ``index_hlo`` reads every computation of the module (with ``scalelib.hlo_text``), not only the entry one,
+because ops inside a loop body run (and are traced) under their own names.
 """
 
 from __future__ import annotations
@@ -14,16 +14,13 @@ import re
 from dataclasses import dataclass
 
 from scalelib import compat
-from scalelib.profiling.programs import _COMPUTATION, _INSTR, _op_flops, _shape_of, _type_bytes
+from scalelib.hlo_text import COLLECTIVE_OPCODES, array_bytes, called_computations, computation_flops, \
+    dot_flops, operand_names, parse_module, strip_index_comments
 
 KINDS: tuple[str, ...] = ("compute", "collective", "copy", "waiting")  # "waiting": inside a collective
 
-COLLECTIVE_OPCODES = frozenset(f"{op}{suffix}" for op in ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",
-                                                          "collective-permute", "collective-broadcast")
-                               for suffix in ("", "-start", "-done"))
 COPY_OPCODES = frozenset({"copy", "copy-start", "copy-done"})
 _METADATA = re.compile(r'metadata=\{[^}]*?op_name="([^"]*)"')
-_CALLS = re.compile(r"(?:calls|body|condition|to_apply)=%?([\w.\-]+)")
 _JAX_LEVELS = frozenset({"shard_map", "while", "body", "cond", "closed_call", "checkpoint", "remat"})
 _MODULE = re.compile(r"^\s*HloModule\s+([\w.\-<>()]+)", re.MULTILINE)
 
@@ -80,54 +77,37 @@ def index_hlo(hlo_text: str) -> dict[str, HloInstruction]:
     ``collective``; a ``copy``, or a fusion that only copies (``wrapped_copy`` on newer XLA:CPU), is
     ``copy``; everything else is ``compute``.
     """
-    hlo_text = re.sub(r"/\*index=\d+\*/", "", hlo_text)
-    comps: dict[str, list[tuple[str, str, str, str]]] = {}
-    shapes: dict[str, tuple[int, ...] | None] = {}
-    result_bytes: dict[str, int] = {}
-    current = None
-    for line in hlo_text.splitlines():
-        c = _COMPUTATION.match(line)
-        if c:
-            current = c.group(2)
-            comps[current] = []
-            continue
-        m = _INSTR.match(line)
-        if m and current is not None:
-            name, type_text, opcode, rest = m.groups()
-            shapes[name], result_bytes[name] = _shape_of(type_text), _type_bytes(type_text)
-            comps[current].append((name, type_text, opcode, rest))
-    if not comps:
+    module = parse_module(strip_index_comments(hlo_text))
+    if not module.computations:
         raise ValueError("no HLO computations found; pass the text of a compiled program "
                          "(jitted.lower(*args).compile().as_text())")
+    shapes = module.shapes()
+    result_bytes = {i.name: array_bytes(i.type_text) for instrs in module.computations.values() for i in instrs}
 
     def opcodes(comp: str, seen: tuple[str, ...] = ()) -> set[str]:
         out = set()
-        for _, _, opcode, rest in comps.get(comp, []):
-            out.add(opcode)
-            out |= {o for c in _CALLS.findall(rest) if c not in seen for o in opcodes(c, seen + (comp,))}
+        for i in module.computations.get(comp, ()):
+            out.add(i.opcode)
+            out |= {o for c in called_computations(i.rest) if c not in seen for o in opcodes(c, seen + (comp,))}
         return out
 
-    def flops(comp: str, seen: tuple[str, ...] = ()) -> float:
-        return sum(_op_flops(n, op, rest, shapes) + sum(flops(c, seen + (comp,)) for c in _CALLS.findall(rest)
-                                                         if c not in seen)
-                   for n, _, op, rest in comps.get(comp, []))
-
     index = {}
-    for comp, instrs in comps.items():
-        for name, _, opcode, rest in instrs:
-            called = [c for c in _CALLS.findall(rest) if c != comp]
-            operands = tuple(re.findall(r"%([\w.\-]+)", rest.split(")")[0]))
-            inner = set().union(*(opcodes(c) for c in called)) if opcode == "fusion" and called else set()
-            if opcode in COLLECTIVE_OPCODES or inner & COLLECTIVE_OPCODES:
+    for comp, instrs in module.computations.items():
+        for i in instrs:
+            called = [c for c in called_computations(i.rest) if c != comp]
+            inner = set().union(*(opcodes(c) for c in called)) if i.opcode == "fusion" and called else set()
+            if i.opcode in COLLECTIVE_OPCODES or inner & COLLECTIVE_OPCODES:
                 kind = "collective"
-            elif opcode in COPY_OPCODES or (inner and inner <= COPY_OPCODES | {"parameter"}):
+            elif i.opcode in COPY_OPCODES or (inner and inner <= COPY_OPCODES | {"parameter"}):
                 kind = "copy"
             else:
                 kind = "compute"
-            meta = _METADATA.search(rest)
-            op_flops = _op_flops(name, opcode, rest, shapes) + sum(flops(c) for c in called
-                                                                   if opcode not in ("while", "conditional"))
-            nbytes = result_bytes[name] + sum(result_bytes.get(o, 0) for o in operands)
-            index[name] = HloInstruction(name, opcode, kind, scope_of(meta.group(1)) if meta else "", op_flops,
-                                         nbytes, operands)
+            meta = _METADATA.search(i.rest)
+            op_flops = dot_flops(i, shapes) + sum(computation_flops(module, c, shapes) for c in called
+                                                  if i.opcode not in ("while", "conditional"))
+            operands = operand_names(i.rest)
+            nbytes = result_bytes[i.name] + sum(result_bytes.get(o, 0) for o in operands)
+            index[i.name] = HloInstruction(i.name, i.opcode, kind, scope_of(meta.group(1)) if meta else "", op_flops,
+                                           nbytes, operands)
     return index
+

@@ -1,0 +1,108 @@
+"""No import circle in scalelib: every import between its modules points one way.
+
+The graph is read from the source with ``ast``, not by importing: every ``import`` and ``from ...
+import`` anywhere in a module counts (module level, inside functions, under ``if TYPE_CHECKING``),
+since each says the module leans on the other. ``from pkg import name`` counts as an edge to
+``pkg.name`` when that is a module, else to ``pkg``. A package's ``__init__`` is a module like any
+other; the implicit import of a parent package when a child is imported is not an edge (every
+child would otherwise sit in a circle with its package).
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def module_files(package_dir: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every ``.py`` below ``package_dir`` (a package's name is its folder's)."""
+    out = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _known(name: str, modules: dict[str, pathlib.Path]) -> str | None:
+    """The longest prefix of ``name`` that is one of ``modules`` (None outside them)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(package_dir: pathlib.Path) -> dict[str, set[str]]:
+    """Module -> the modules of the same tree it imports anywhere in its source."""
+    modules = module_files(package_dir)
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps.update(filter(None, (_known(a.name, modules) for a in node.names)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    here = name.split(".") if is_package else name.split(".")[:-1]
+                    here = here[:len(here) - node.level + 1]
+                    base = ".".join(here + ([base] if base else []))
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    dep = full if full in modules else _known(base, modules)
+                    if dep:
+                        deps.add(dep)
+        deps.discard(name)
+        graph[name] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as [a, b, ..., a], or None (depth-first search, three colours)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_scalelib_has_no_import_cycle():
+    graph = import_graph(ROOT / "scalelib")
+    assert len(graph) > 50 and {"scalelib.parallel.context", "scalelib.parallel.registry"} <= graph[
+        "scalelib.parallel.fsdp"]  # the graph is read, not empty
+    cycle = find_cycle(graph)
+    assert cycle is None, ("import circle: " + " -> ".join(cycle or []) + "; move what the lower module needs "
+                           "into a module below both (as parallel/context.py holds PlanContext for the schemes)")
+
+
+@pytest.mark.parametrize("source, cyclic", [
+    ({"a.py": "from pkg import b\n", "b.py": "def f():\n    from pkg.a import x\n"}, True),  # in a function
+    ({"a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n",
+      "b.py": "import pkg.a\n"}, True),  # type-only imports count
+    ({"a.py": "from . import b\n", "b.py": "from .c import y\n", "c.py": "from .a import z\n"}, True),  # relative
+    ({"a.py": "from pkg import b\n", "b.py": "import os\n", "__init__.py": "from pkg import a\n"}, False),
+])
+def test_the_cycle_finder_sees_every_kind_of_import(tmp_path, source, cyclic):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, text in source.items():
+        (pkg / name).write_text(text)
+    assert (find_cycle(import_graph(pkg)) is not None) == cyclic
