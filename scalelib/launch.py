@@ -41,9 +41,10 @@ GRACE_S = 2.0  # from SIGTERM to SIGKILL
 STACK_WAIT_S = 1.0  # for hung processes to print their stacks
 TAIL_LINES = 25  # lines of a failed process's output repeated in the failure report
 TIMEOUT_STATUS, INTERRUPT_STATUS = 124, 130  # as timeout(1) and a shell's Ctrl-C
-# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py); dropped wherever it appears
-GLOO_CHATTER = re.compile(r"\[Gloo\] Rank \d+ is connected to \d+ peer ranks\. "
-                          r"Expected number of connected peer ranks is : \d+")
+# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py); dropped wherever it appears, also when
+# gloo's own writes split it in two ("[Gloo] Rank " and " is connected to ..."), as happens on a loaded machine
+_CONNECTED = r"is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+"
+GLOO_CHATTER = re.compile(rf"\[Gloo\] Rank(?: \d+)?(?: {_CONNECTED})?\s*$|^\s*\d*\s*{_CONNECTED}")
 
 # A process's first collective over a new group of devices waits at most 30 s (fixed in JAX's gloo
 # set-up) for every member to arrive, then fails with this text.

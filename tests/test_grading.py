@@ -73,6 +73,7 @@ carol,"Ann Duffy, Carol",
 dave,Dave,
 delegator,Del Egator,
 delegator_open,,
+second,Sec Ond,
 """
 # the hostile entries' students are on the roster too, so that they are graded (as invalid notebooks) by their ids
 ROSTER += "".join(f'"{sid.replace(chr(34), chr(34) * 2)}",,\n' for sid in [*FORMULAS, "eve"])

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 from scalelib import model
 from scalelib import param_axes as pa
 from scalelib.parallel import registry, specs
-from scalelib.parallel.cases import TESTED as CASES
+from scalelib.parallel.cases import CASES
 
 SNAPSHOT = pathlib.Path(__file__).parent / "data" / "parallel_specs.json"
 
