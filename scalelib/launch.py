@@ -196,11 +196,16 @@ def _stop(ranks: list[_Rank], dump_stacks: bool) -> None:
 
 
 def _kill_leftovers(launch_id: str) -> None:
-    """SIGKILL anything still carrying this launch's id (a process a rank started and left behind).
+    """SIGKILL anything still carrying this launch's id (a process a rank started and left behind)."""
+    kill_marked(distributed.ENV_LAUNCH_ID, launch_id)
 
-    Read from /proc (Linux); elsewhere only the ranks' own process groups are stopped.
+
+def kill_marked(name: str, value: str) -> None:
+    """SIGKILL every process (but this one) whose environment holds ``name=value``.
+
+    Read from /proc (Linux); elsewhere nothing is done (a launcher then stops only its ranks' process groups).
     """
-    marker = f"{distributed.ENV_LAUNCH_ID}={launch_id}".encode()
+    marker = f"{name}={value}".encode()
     if not os.path.isdir("/proc"):
         return
     for entry in os.listdir("/proc"):

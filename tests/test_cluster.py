@@ -40,6 +40,7 @@ import pytest
 
 from autograder import course
 from autograder.__main__ import main as autograder_main
+from scalelib import launch
 from scalelib.launch import free_port
 from tests.notebook_answers import answered
 
@@ -64,16 +65,7 @@ def _which(tool: str) -> str | None:
 
 def _sweep(token: str) -> None:
     """SIGKILL every process whose environment carries this run's marker (Linux /proc)."""
-    marker = f"{MARKER}={token}".encode()
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    os.kill(int(entry), signal.SIGKILL)
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
+    launch.kill_marked(MARKER, token)
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
