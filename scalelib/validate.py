@@ -21,3 +21,10 @@ def non_negative(name: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return float(value)
+
+
+def positive_int(name: str, value: int) -> int:
+    """``value`` unchanged, or a ValueError unless it is an int >= 1 (``True`` is refused)."""
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value

@@ -18,13 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalelib.gpus.fabric import Node, TreeLevel
-from scalelib.validate import non_negative, positive
-
-
-def _n(name: str, value: int) -> int:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+from scalelib.validate import non_negative, positive, positive_int
 
 
 # ---- inside one node (every GPU reaches every other in one switched hop) ----
@@ -35,7 +29,7 @@ def _ring_share(n: int, exact: bool) -> float:
 def ring_all_gather_s(num_bytes: float, n: int, link_bytes_per_s: float, exact: bool = True) -> float:
     """AllGather (or ReduceScatter) of ``num_bytes`` over ``n`` GPUs: (n - 1) / n of the array through each
     GPU's egress, ``bytes (n - 1) / (n W)``; ``exact=False`` gives the book's approximation ``bytes / W``."""
-    n = _n("n", n)
+    n = positive_int("n", n)
     return (non_negative("num_bytes", num_bytes) * _ring_share(n, exact)
             / positive("link_bytes_per_s", link_bytes_per_s))
 
@@ -44,7 +38,7 @@ def all_reduce_s(num_bytes: float, n: int, link_bytes_per_s: float, sharp: bool 
     """AllReduce: a ReduceScatter then an AllGather (twice the ring), or with SHARP in-network reductions one
     pass of exactly ``bytes / W`` (each GPU egresses and ingresses ``bytes`` once in all; Quiz 4, Q2)."""
     if sharp:
-        _n("n", n)
+        positive_int("n", n)
         return non_negative("num_bytes", num_bytes) / positive("link_bytes_per_s", link_bytes_per_s)
     return 2 * ring_all_gather_s(num_bytes, n, link_bytes_per_s)
 
@@ -56,7 +50,7 @@ def all_to_all_s(num_bytes: float, n: int, link_bytes_per_s: float, k: int | Non
     ``k``: a ragged top-k AllToAll where at most ``k`` of the ``n`` destinations of each row are non-zero,
     which scales the cost by ``min(k / n, 1)``.
     """
-    n = _n("n", n)
+    n = positive_int("n", n)
     dense = (non_negative("num_bytes", num_bytes) * _ring_share(n, exact)
              / (n * positive("link_bytes_per_s", link_bytes_per_s)))
     return dense * (1.0 if k is None else sparse_fraction(k, n))
@@ -64,14 +58,14 @@ def all_to_all_s(num_bytes: float, n: int, link_bytes_per_s: float, k: int | Non
 
 def sparse_fraction(k: int, n: int) -> float:
     """Share of an AllToAll's bytes that a top-k dispatch moves: ``min(k / n, 1)``."""
-    return min(_n("k", k) / _n("n", n), 1.0)
+    return min(positive_int("k", k) / positive_int("n", n), 1.0)
 
 
 def expected_distinct_fraction(k: int, z: int) -> float:
     """Expected share of ``z`` destinations hit by ``k`` independent uniform picks, less the GPU itself:
     ``(1 - ((z - 1) / z)**k) (z - 1) / z`` (the book's footnote on random expert choice)."""
-    z = _n("z", z)
-    return (1 - ((z - 1) / z) ** _n("k", k)) * (z - 1) / z
+    z = positive_int("z", z)
+    return (1 - ((z - 1) / z) ** positive_int("k", k)) * (z - 1) / z
 
 
 # ---- across nodes ----
@@ -79,7 +73,7 @@ def cross_node_all_to_all_s(num_bytes: float, nodes: int, node_egress_bytes_per_
                             exact: bool = True) -> float:
     """AllToAll spanning ``nodes`` nodes: no help from the fat tree, ``bytes (M - 1) / (M**2 W_node)``;
     ``exact=False``: ``bytes / (M W_node)`` (each GPU effectively has its own NIC's 50 GB/s)."""
-    m = _n("nodes", nodes)
+    m = positive_int("nodes", nodes)
     return (non_negative("num_bytes", num_bytes) * _ring_share(m, exact)
             / (m * positive("node_egress_bytes_per_s", node_egress_bytes_per_s)))
 
@@ -119,7 +113,7 @@ class ShardedReduction:
 def sharded_reduction(num_bytes: float, y: int, node: Node) -> ShardedReduction:
     """AllGather / ReduceScatter over X of ``num_bytes`` sharded ``y`` ways on the inner axis: the node-level
     part shrinks by ``min(y, node GPUs)``, the scale-out part only once Y spans several nodes."""
-    y = _n("y", y)
+    y = positive_int("y", y)
     b = non_negative("num_bytes", num_bytes)
     d = node.gpus
     return ShardedReduction(b / node.gpu_egress_bytes_per_s / min(y, d), b / node.egress_bytes_per_s * d / max(d, y))
@@ -140,7 +134,7 @@ def su_all_gather_switch_bytes(nodes: int, gpus_per_node: int) -> tuple[SwitchBy
     Node: its GPUs send ``B / M`` up and take ``B (M - 1) / M`` down; it then serves each of its N GPUs the
     ``B - B / (M N)`` it lacks. Leaf: ``B / M`` arrives from each node, ``B (M - 1) / M`` goes to each.
     """
-    m, n = _n("nodes", nodes), _n("gpus_per_node", gpus_per_node)
+    m, n = positive_int("nodes", nodes), positive_int("gpus_per_node", gpus_per_node)
     node = SwitchBytes(1 / m + (m - 1) / m, 1 / m + n * (1 - 1 / (m * n)))
     top = SwitchBytes(m * (1 / m), m * (m - 1) / m)
     return node, top
@@ -148,20 +142,20 @@ def su_all_gather_switch_bytes(nodes: int, gpus_per_node: int) -> tuple[SwitchBy
 
 def sharp_all_reduce_switch_bytes(n: int) -> SwitchBytes:
     """AllReduce of ``B`` bytes with SHARP in one node of n GPUs: ``B (n - 1) + B`` in and out (Quiz 4, Q2)."""
-    n = _n("n", n)
+    n = positive_int("n", n)
     return SwitchBytes((n - 1) + 1, 1 + (n - 1))
 
 
 # ---- what NCCL measures ----
 def nccl_bus_bytes_per_s(algo_bytes_per_s: float, n: int) -> float:
     """NCCL's "bus bandwidth" of an AllReduce: ``2 algo (n - 1) / n``, comparable with one link's rate."""
-    n = _n("n", n)
+    n = positive_int("n", n)
     return 2 * non_negative("algo_bytes_per_s", algo_bytes_per_s) * (n - 1) / n
 
 
 def sharp_predicted_gain(n: int) -> float:
     """Bandwidth gain SHARP promises over a ring AllReduce: ``2 (n - 1) / n - 1`` (75 % on 8 GPUs)."""
-    n = _n("n", n)
+    n = positive_int("n", n)
     return 2 * (n - 1) / n - 1
 
 

@@ -16,18 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scalelib.gpus.fabric import Node
-from scalelib.validate import positive
-
-
-def _n(name: str, value: int) -> int:
-    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+from scalelib.validate import positive, positive_int
 
 
 def collective_bytes_per_s(node: Node, ways: int) -> float:
     """``W_collective`` for a parallel axis of ``ways`` GPUs: NVLink inside one node, scale-out beyond it."""
-    return node.gpu_egress_bytes_per_s if _n("ways", ways) <= node.gpus else node.egress_bytes_per_s
+    return node.gpu_egress_bytes_per_s if positive_int("ways", ways) <= node.gpus else node.egress_bytes_per_s
 
 
 def critical_intensity(flops_per_s: float, collective_bytes_per_s: float) -> float:
@@ -44,29 +38,30 @@ def dp_min_tokens_per_gpu(flops_per_s: float, collective_bytes_per_s: float, exp
     ``ways``: for a small number of data-parallel nodes the ring's ``(X - 1) / X`` lowers the bar
     (2-way: half of it).
     """
-    alpha = critical_intensity(flops_per_s, collective_bytes_per_s) * _n("experts", experts) / _n("active", active)
+    ratio = positive_int("experts", experts) / positive_int("active", active)
+    alpha = critical_intensity(flops_per_s, collective_bytes_per_s) * ratio
     if ways is not None:
-        x = _n("ways", ways)
+        x = positive_int("ways", ways)
         alpha *= (x - 1) / x
     return alpha
 
 
 def dp_min_global_batch(gpus: int, tokens_per_gpu: float) -> float:
     """Global batch in tokens that every GPU's minimum adds up to."""
-    return _n("gpus", gpus) * positive("tokens_per_gpu", tokens_per_gpu)
+    return positive_int("gpus", gpus) * positive("tokens_per_gpu", tokens_per_gpu)
 
 
 def model_parallel_dp_tokens_per_gpu(flops_per_s: float, node: Node, model_parallel: int) -> float:
     """Data parallelism's per-GPU minimum when each replica's model-parallel group already spans several nodes:
     the AllReduce then runs on ``model_parallel / gpus_per_node`` nodes' egress at once (Quiz 5, Q3)."""
-    nodes_spanned = max(1.0, _n("model_parallel", model_parallel) / node.gpus)
+    nodes_spanned = max(1.0, positive_int("model_parallel", model_parallel) / node.gpus)
     return critical_intensity(flops_per_s, node.egress_bytes_per_s * nodes_spanned)
 
 
 def tp_max_ways(ffw: int, flops_per_s: float, collective_bytes_per_s: float) -> float:
     """Largest tensor-parallel degree that stays compute bound: ``T_math = 4 B D F / (Y C)`` against
     ``T_comms = 4 B D / W`` gives ``Y < F W / C`` (about 11 for F = 28000 across H100 nodes)."""
-    return _n("ffw", ffw) / critical_intensity(flops_per_s, collective_bytes_per_s)
+    return positive_int("ffw", ffw) / critical_intensity(flops_per_s, collective_bytes_per_s)
 
 
 def tp_max_ways_two_nodes(ffw: int, flops_per_s: float, node: Node) -> float:
@@ -89,9 +84,10 @@ def ep_times(batch_tokens: float, d_model: int, ffw: int, k: int, ways: int, flo
              collective_bytes_per_s: float, gpus_per_node: int = 8) -> ExpertParallelTimes:
     """Expert parallelism over ``ways`` GPUs spanning nodes: ``T_math = 4 B k D F / (Z C)`` against the two
     AllToAlls ``T_comms = 4 B D (Z - N) / (W Z) min(N k / Z, 1)`` (zero while Z stays inside one node)."""
-    z, n = _n("ways", ways), _n("gpus_per_node", gpus_per_node)
+    z, n = positive_int("ways", ways), positive_int("gpus_per_node", gpus_per_node)
     b = positive("batch_tokens", batch_tokens)
-    math_s = 4 * b * _n("k", k) * _n("d_model", d_model) * _n("ffw", ffw) / (z * positive("flops_per_s", flops_per_s))
+    flops = 4 * b * positive_int("k", k) * positive_int("d_model", d_model) * positive_int("ffw", ffw)
+    math_s = flops / (z * positive("flops_per_s", flops_per_s))
     comms_s = (4 * b * d_model * max(z - n, 0) / (positive("collective_bytes_per_s", collective_bytes_per_s) * z)
                * min(n * k / z, 1.0))
     return ExpertParallelTimes(math_s, comms_s)
@@ -105,13 +101,13 @@ def ep_large_ffw_threshold(flops_per_s: float, node: Node) -> float:
 def pp_comms_s(batch_tokens: float, d_model: int, link_bytes_per_s: float, microbatches: int, stages: int,
                bytes_per_value: int = 2) -> float:
     """All pipeline transfers of one step: ``N_MB + N_stages - 2`` hops of ``2 B D / (W N_MB)`` each."""
-    mb, st = _n("microbatches", microbatches), _n("stages", stages)
-    hop = bytes_per_value * positive("batch_tokens", batch_tokens) * _n("d_model", d_model) / (
+    mb, st = positive_int("microbatches", microbatches), positive_int("stages", stages)
+    hop = bytes_per_value * positive("batch_tokens", batch_tokens) * positive_int("d_model", d_model) / (
         positive("link_bytes_per_s", link_bytes_per_s) * mb)
     return hop * (mb + st - 2)
 
 
 def pp_bubble_fraction(microbatches: int, stages: int) -> float:
     """Idle share of a plain (GPipe-style) schedule: ``(S - 1) / (M + S - 1)``; zero-bubble schedules avoid it."""
-    mb, st = _n("microbatches", microbatches), _n("stages", stages)
+    mb, st = positive_int("microbatches", microbatches), positive_int("stages", stages)
     return (st - 1) / (mb + st - 1)
