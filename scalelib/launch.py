@@ -41,10 +41,29 @@ GRACE_S = 2.0  # from SIGTERM to SIGKILL
 STACK_WAIT_S = 1.0  # for hung processes to print their stacks
 TAIL_LINES = 25  # lines of a failed process's output repeated in the failure report
 TIMEOUT_STATUS, INTERRUPT_STATUS = 124, 130  # as timeout(1) and a shell's Ctrl-C
-# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py); dropped wherever it appears, also when
-# gloo's own writes split it in two ("[Gloo] Rank " and " is connected to ..."), as happens on a loaded machine
-_CONNECTED = r"is connected to \d+ peer ranks\. Expected number of connected peer ranks is : \d+"
-GLOO_CHATTER = re.compile(rf"\[Gloo\] Rank(?: \d+)?(?: {_CONNECTED})?\s*$|^\s*\d*\s*{_CONNECTED}")
+# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py). Its C++ writes it piece by piece
+# ("[Gloo] Rank ", the rank, " is connected to ", the count, " peer ranks. ", "Expected number ... is : ", the count,
+# end of line), and the threads that build communicators at the same moment interleave their pieces, so one
+# output line can hold the tail of one message, the whole of another and the head of a third. A line made only
+# of such pieces is dropped, and so is an empty line or one of unmarked pieces (" 7", "5 is connected to 7") right
+# after one (the last pieces of a message whose line another thread ended); pieces after a line's own text
+# ("0 sum [Gloo] Rank 0 ...") are cut.
+_GLOO_MARK = r"\[Gloo\] Rank|peer ranks\.|Expected number of connected peer ranks is :"
+_GLOO_PIECE = rf"{_GLOO_MARK}|is connected to|\d+"
+_GLOO_ONLY = re.compile(rf"(?:\s*(?:{_GLOO_PIECE}))+\s*")
+_GLOO_TAIL = re.compile(rf"(?:{_GLOO_MARK})(?:\s*(?:{_GLOO_PIECE}))*\s*$")
+
+
+def drop_gloo_chatter(line: str, after_chatter: bool = False) -> str | None:
+    """``line`` without gloo's connection chatter, or None if the line was nothing else.
+
+    ``after_chatter``: the line before it (from the same stream) held some of the chatter."""
+    if re.search(_GLOO_MARK, line) is None:
+        return None if after_chatter and (not line.strip() or _GLOO_ONLY.fullmatch(line)) else line
+    if _GLOO_ONLY.fullmatch(line):
+        return None
+    return _GLOO_TAIL.sub("", line)
+
 
 # A process's first collective over a new group of devices waits at most 30 s (fixed in JAX's gloo
 # set-up) for every member to arrive, then fails with this text.
@@ -154,9 +173,11 @@ class _Rank:
             self._forward_lines(pipe, sink, lock)
 
     def _forward_lines(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
+        after_chatter = False
         for line in pipe:
-            text = GLOO_CHATTER.sub("", line.rstrip("\n"))
-            if not text.strip() and line.strip():
+            text = drop_gloo_chatter(line.rstrip("\n"), after_chatter)
+            after_chatter = text != line.rstrip("\n")
+            if text is None:
                 continue  # a line that was only gloo's chatter
             with lock:
                 self.tail.append(text)
