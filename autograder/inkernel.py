@@ -310,11 +310,14 @@ class Helper:
         except BaseException as err:
             return Reply({"err": f"{_text(err)} (what your function returned could not be sent)", "by": "student"})
 
-    def bind(self, payload: str) -> Reply:
-        """Bind what the instructor's set-up and demo cells bound, as the grader sends it (see trusted.py)."""
+    def bind(self, path: str) -> Reply:
+        """Bind what the instructor's set-up and demo cells bound, as the grader wrote it to ``path`` in the
+        kernel's scratch folder (see trusted.py; a file, not the cell's text: set-up arrays can be large)."""
+        with open(path, "rb") as f:
+            payload = f.read()
         ns = self.shell.user_ns
         unreadable = []
-        for kind, name, data in pickle.loads(base64.b64decode(payload)):  # the grader's own bytes
+        for kind, name, data in pickle.loads(payload):  # the grader's own bytes
             if kind == "delete":
                 ns.pop(name, None)
             elif kind == "module":

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import queue
+import secrets
 import subprocess
 import sys
 import time
@@ -191,6 +192,37 @@ class KernelSession:
         gone = "its sandbox has exited" if code is not None else "its PID 1 is gone" if not Path(
             f"/proc/{pid}").exists() else "its PID 1 runs"
         raise KernelStartFailed(f"its scratch folder cannot be reached ({gone}): {failed}")
+
+    def put_file(self, data: bytes) -> str:
+        """Write ``data`` to a new file in the kernel's scratch folder and return its path as the kernel sees it.
+
+        For what is too big to send as the text of a cell (a set-up array of 30 MB costs the kernel some 10 s to
+        parse as a literal; read from a file, a fraction of a second). The file is made through the folder's own
+        descriptor with ``O_EXCL | O_NOFOLLOW`` under a fresh random name: whatever the student left in the
+        folder, the grader writes only this new file, inside the kernel's sandbox. :meth:`remove_file` removes it.
+        """
+        name = f".grader-{secrets.token_hex(8)}"
+        with self._scratch_fd() as folder:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=folder)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+        return os.path.join(os.path.realpath(self.scratch), name)
+
+    def remove_file(self, path: str) -> None:
+        with contextlib.suppress(OSError), self._scratch_fd() as folder:
+            os.unlink(os.path.basename(path), dir_fd=folder)
+
+    @contextlib.contextmanager
+    def _scratch_fd(self):  # noqa: ANN202 - a context manager yielding a descriptor
+        if self._root is not None:  # sandboxed: the folder inside the kernel's own root (see _channel)
+            yield self._root
+            return
+        fd = os.open(self.scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def log_tail(self) -> str:
         """The end of the kernel's log (also once the session is closed)."""

@@ -180,8 +180,12 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
             _wait_for_context(shared, step.stop, deadline)
             payload, shipped = shared.context.bindings_for(group.surface, step.first, step.stop, group.withheld)
             judge.shipper.sent |= shipped
-            run = session.run(f"__grader__.bind({payload!r})", timeout=min(lim.cell_timeout_s, remaining),
-                              silent=True)
+            path = session.put_file(payload)
+            try:
+                run = session.run(f"__grader__.bind({path!r})", timeout=min(lim.cell_timeout_s, remaining),
+                                  silent=True)
+            finally:
+                session.remove_file(path)
             if not run.ok and blame[0] is None:
                 # No code of the student's has run in this kernel: the grader's own step failed (a machine too
                 # loaded to unpickle the set-up's values in time, say). A kernel missing those values would lose

@@ -12,7 +12,6 @@ module or function outside it arrives as a stand-in that says so when used.
 from __future__ import annotations
 
 import ast
-import base64
 import builtins
 import contextlib
 import io
@@ -142,7 +141,7 @@ class TrustedContext:
         self._progress = threading.Condition()
         self.exercise_module: types.ModuleType | None = None
         self._payloads: dict[tuple[str, frozenset[tuple[str, str]], int, int],
-                             tuple[str, frozenset[tuple[str, str]]]] = {}
+                             tuple[bytes, frozenset[tuple[str, str]]]] = {}
         self._lock = threading.Lock()
 
     def build(self) -> None:
@@ -214,9 +213,9 @@ class TrustedContext:
     # -- what a kernel receives ------------------------------------------------------------------------------------
 
     def bindings_for(self, surface: Surface, first: int, stop: int,
-                     withheld: frozenset[tuple[str, str]] = frozenset()) -> tuple[str, frozenset[tuple[str, str]]]:
+                     withheld: frozenset[tuple[str, str]] = frozenset()) -> tuple[bytes, frozenset[tuple[str, str]]]:
         """The bindings of set-up/demo cells ``first`` to ``stop - 1`` as seen by a kernel with ``surface`` whose
-        exercises withhold ``withheld``: the argument of ``__grader__.bind`` (base64 of a pickle of plain tuples), and
+        exercises withhold ``withheld``: what ``__grader__.bind`` reads (a pickle of plain tuples), and
         ``(module, name)`` of the scalelib code that travels with it (see :class:`autograder.transfer.Shipper`).
         Computed once per run and surface."""
         key = (surface.key, withheld, first, stop)
@@ -229,8 +228,7 @@ class TrustedContext:
                         merged[b.name] = b
                 shipper = transfer.Shipper(surface.allows, withheld, lenient=True)
                 entries = [_entry(b, surface, shipper) for b in merged.values()]
-                self._payloads[key] = (base64.b64encode(pickle.dumps(entries, protocol=4)).decode(),
-                                       frozenset(shipper.sent))
+                self._payloads[key] = (pickle.dumps(entries, protocol=4), frozenset(shipper.sent))
             return self._payloads[key]
 
     def namespace(self, eid: str) -> dict:

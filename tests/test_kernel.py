@@ -88,3 +88,29 @@ def test_no_kernel_outlives_its_grader(tmp_path):
     while mine() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert mine() == []
+
+
+def test_a_file_the_grader_hands_the_kernel_is_new_and_read_in_its_sandbox(tmp_path, monkeypatch):
+    """Large set-up values reach the kernel as a file in its scratch folder (``put_file``): the kernel reads
+    it; a link the student left under the file's name is refused, not followed out of the folder."""
+    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "")
+    session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
+    host = tmp_path / "host.txt"
+    host.write_text("the grader's own file")
+    try:
+        path = session.put_file(b"\x00" * 3_000_000 + b"end")
+        got = session.run(f"data = open({path!r}, 'rb').read()", timeout=30, silent=True,
+                          user_expressions={"r": "(len(data), data[-3:])"})
+        assert got.ok and got.expressions["r"]["data"]["text/plain"] == "(3000003, b'end')"
+        session.remove_file(path)
+        gone = session.run("import os", timeout=30, silent=True, user_expressions={"r": f"os.path.exists({path!r})"})
+        assert gone.expressions["r"]["data"]["text/plain"] == "False"
+        monkeypatch.setattr("secrets.token_hex", lambda n: "guessed")
+        planted = session.run(f"os.symlink({str(host)!r}, {path.replace(path.rsplit('-', 1)[1], 'guessed')!r})",
+                              timeout=30, silent=True)
+        assert planted.ok, planted.error
+        with pytest.raises(FileExistsError):
+            session.put_file(b"overwritten")
+    finally:
+        session.close()
+    assert host.read_text() == "the grader's own file"
