@@ -49,33 +49,12 @@ def db_url(course_dir: Path) -> str:
     return f"sqlite:///{Path(course_dir).resolve() / 'gradebook.db'}"
 
 
-def _alembic_head_in_process() -> None:
-    """nbgrader asks a new database's schema version from an ``alembic heads`` subprocess (~2.5 s of CPU
-    for one string); read the same revision from nbgrader's migration scripts in this process instead."""
-    import nbgrader.api
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
-    from nbgrader import dbutil
-
-    if getattr(nbgrader.api.get_alembic_version, "_in_process", False):
-        return
-    cfg = Config()
-    cfg.set_main_option("script_location", dbutil.ALEMBIC_DIR)
-    head = ScriptDirectory.from_config(cfg).get_current_head()
-
-    def get_alembic_version() -> str | None:
-        return head
-
-    setattr(get_alembic_version, "_in_process", True)  # noqa: B010 - a marker on a function object
-    nbgrader.api.get_alembic_version = get_alembic_version
-
-
 def prepare(course_dir: Path, chapter: str, solutions: Path = SOLUTIONS) -> Path:
     """The course folder, its config and the chapter as an assignment (no student rows yet).
 
     Runs no student code; the grader starts it in a thread of its own while the kernels work.
     """
-    _alembic_head_in_process()
+    nbgrader_course.alembic_head_in_process()
     course_dir = Path(course_dir).resolve()
     course_dir.mkdir(parents=True, exist_ok=True)
     (course_dir / "exchange").mkdir(exist_ok=True)

@@ -25,10 +25,34 @@ def _venv_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
 
 
+def alembic_head_in_process() -> None:
+    """nbgrader asks a new database's schema version from an ``alembic heads`` subprocess (~2.5 s of CPU
+    for one string, and found only if the virtual environment's bin/ is on PATH); read the same revision from
+    nbgrader's migration scripts in this process instead. Every gradebook nbgrader creates (one per rendered
+    chapter at release, one per grading run) asks."""
+    import nbgrader.api
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+    from nbgrader import dbutil
+
+    if getattr(nbgrader.api.get_alembic_version, "_in_process", False):
+        return
+    cfg = Config()
+    cfg.set_main_option("script_location", dbutil.ALEMBIC_DIR)
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+
+    def get_alembic_version() -> str | None:
+        return head
+
+    setattr(get_alembic_version, "_in_process", True)  # noqa: B010 - a marker on a function object
+    nbgrader.api.get_alembic_version = get_alembic_version
+
+
 def make_api(root: Path, cell_timeout_s: int = 600) -> NbGraderAPI:
     from nbgrader.apps import NbGraderAPI
 
     _venv_on_path()
+    alembic_head_in_process()
     cfg = Config()
     cfg.CourseDirectory.root = str(root)
     cfg.Exchange.root = str(root / "exchange")  # unused, but nbgrader checks it is writable
