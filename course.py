@@ -56,8 +56,10 @@ WORK = ROOT / "work"
 CURRENT = Env("current", ROOT / ".venv", ROOT / ".ci" / "constraints.txt")
 FLOOR = Env("floor", ROOT / ".venv-floor", ROOT / ".ci" / "constraints-floor.txt")
 
-# Two workers; each file (and each notebook) stays on one worker. The 15 slowest tests close each suite's summary.
-PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "-p", "no:cacheprovider", "--nbval-lax", "--durations=15"]
+# Two workers; each file (and each notebook) stays on one worker, a few long files split by a parameter, the longest
+# groups first (tests/conftest.py). The 15 slowest tests close each suite's summary.
+PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider", "--nbval-lax",
+               "--durations=15"]
 SUITES = {
     CURRENT.name: (CURRENT, [*PYTEST_BASE, "-m", "not student", "tests", "solutions"]),
     # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX;

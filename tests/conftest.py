@@ -17,3 +17,75 @@ def pytest_terminal_summary(terminalreporter):
         return
     parts = [f"{name}: {n} of {total}" for name, (n, total) in coverage().items()]
     terminalreporter.write_line("book answers reproduced by scalelib: " + "; ".join(parts))
+
+
+# ------------------------------------------------------------------ how the two workers share the suite
+# course.py runs pytest with `--dist loadfile --no-loadscope-reorder`; the scheduler below keeps loadfile's rule (a
+# group goes whole to one worker, so its module fixtures are built once) but splits three long files into groups
+# whose tests share a fixture or a cached compile: one chapter graded, one scheme case, one launch of the self-check.
+# The collection is sorted longest group first so that neither worker is left alone with a long group at the end.
+# (xdist's own `loadgroup` cannot do this here: with pytest 9 its group marks no longer reach the scheduler.)
+SPLIT = {
+    "test_grading_chapters.py": None,  # each parameter (a chapter) its own group
+    "test_parallel_schemes.py": None,  # each parameter (a scheme case) its own group
+    "test_parallel_selfcheck.py": "test_other_splits_of_8_devices",  # each of its launches; the rest share one
+}
+# Seconds each group took in a full run on a quiet 2-core machine (`--durations`), for the order only: a group
+# not listed runs after these, in the collection's order; a wrong figure costs time, never a result.
+LONG_GROUPS_S = {
+    "test_parallel_selfcheck.py": 150,
+    "test_grading_chapters.py[05_training]": 85,
+    "test_model.py": 75,
+    "test_grading_scale.py": 60,
+    "test_cluster.py": 50,
+    "test_grading_chapters.py[09_profiling]": 40,
+    "test_grading_chapters.py[04_transformers]": 40,
+    "test_grading_chapters.py[03_sharding]": 40,
+    "test_sandbox.py": 40,
+    "test_parallel_selfcheck.py[8-1-schemes1]": 38,
+    "test_shards.py": 38,
+    "test_grading_chapters.py[10_jax]": 37,
+    "test_grading_chapters.py[07_inference]": 35,
+    "test_parallel_schemes.py[expert-4]": 35,
+    "test_parallel_schemes.py[seq-all_gather-4]": 30,
+    "test_release.py": 30,
+    "test_parallel_schemes.py[gpipe-4]": 25,
+    "test_parallel_expert.py": 25,
+    "test_parallel_selfcheck.py[4-2-schemes0]": 24,
+    "test_lms.py": 24,
+    "test_grading.py": 24,
+    "test_parallel_schemes.py[1f1b-2]": 22,
+    "test_serving_speculative.py": 22,
+    "test_kernel.py": 22,
+    "test_launch.py": 20,
+}
+
+
+def work_group(nodeid: str) -> str:
+    """The group of a test id: its file, or for the files in SPLIT its file and parameters."""
+    path, _, rest = nodeid.partition("::")
+    name = path.rsplit("/", 1)[-1]
+    func, _, param = rest.partition("[")
+    if name not in SPLIT or not param or SPLIT[name] not in (None, func):
+        return path
+    return f"{path}[{param.rstrip(']')}"
+
+
+def _seconds(nodeid: str) -> float:
+    return LONG_GROUPS_S.get(work_group(nodeid).rsplit("/", 1)[-1], 0)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: -_seconds(item.nodeid))  # stable: within a group, as collected
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # any other --dist: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Groups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_group(nodeid)
+
+    return Groups(config, log)
