@@ -244,10 +244,10 @@ import dataclasses
 
 def fsdp_threshold(flops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    return cost.dp_critical_batch_per_chip_tokens(chip, n_axes)
+    return thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes)
 
 def hbm_threshold(flops_per_s, hbm_bytes_per_s):
-    return cost.hbm_critical_batch_tokens(dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s,
+    return thresholds.hbm_critical_batch_tokens(dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s,
                                                               hbm_bytes_per_s=hbm_bytes_per_s))
 """,
         "ch05-batch-and-chips": """
@@ -261,11 +261,11 @@ def min_batch(per_chip_tokens, chips):
 import dataclasses
 
 def adam_bytes_per_param(param_bytes, moment_bytes):
-    return memory.StateBytes(param_bytes=param_bytes, grad_bytes=0, adam_moment_bytes=moment_bytes).bytes_per_param
+    return chip_memory.StateBytes(param_bytes=param_bytes, grad_bytes=0, adam_moment_bytes=moment_bytes).bytes_per_param
 
 def max_params_dp(hbm_bytes, bytes_per_param):
-    st = memory.StateBytes(param_bytes=bytes_per_param, grad_bytes=0, adam_moment_bytes=0)
-    return memory.max_params_data_parallel(dataclasses.replace(V5P, hbm_bytes=hbm_bytes), st)
+    st = chip_memory.StateBytes(param_bytes=bytes_per_param, grad_bytes=0, adam_moment_bytes=0)
+    return chip_memory.max_params_data_parallel(dataclasses.replace(V5P, hbm_bytes=hbm_bytes), st)
 """,
         "ch05-fsdp-collectives": """
 import jax.numpy as jnp
@@ -286,17 +286,17 @@ import dataclasses
 
 def tp_limits(d_ff, ways, ops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=ops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    return cost.ici_intensity(chip), cost.tp_max_ways(d_ff, chip, n_axes), cost.tp_min_d_ff(ways, chip, n_axes)
+    return thresholds.ici_intensity(chip), thresholds.tp_max_ways(d_ff, chip, n_axes), thresholds.tp_min_d_ff(ways, chip, n_axes)
 """,
         "ch05-fsdp-tp-split": """
 import dataclasses
 
 def optimal_fsdp(batch_tokens, d_ff, chips, m_x, m_y):
-    return cost.optimal_fsdp_ways(batch_tokens, d_ff, chips, m_x, m_y)
+    return thresholds.optimal_fsdp_ways(batch_tokens, d_ff, chips, m_x, m_y)
 
 def mixed_min_batch_per_chip(d_ff, alpha, m_x, m_y):
     chip = dataclasses.replace(V5P, ici_one_way_bytes_per_s=V5P.bf16_flops_per_s / alpha / 2)
-    return cost.mixed_critical_batch_per_chip_tokens(d_ff, chip, m_x, m_y)
+    return thresholds.mixed_critical_batch_per_chip_tokens(d_ff, chip, m_x, m_y)
 """,
         "ch05-gpipe-schedule": """
 def gpipe_schedule(n_stages, n_microbatches):
@@ -308,7 +308,7 @@ import dataclasses
 def dcn_budget(chips, chips_per_host, dcn_bytes_per_s_per_host, flops_per_s_per_chip):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s_per_chip, host_shape=(chips_per_host, 1, 1),
                                dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
-    b = cost.dcn_budget(chip, chips)
+    b = thresholds.dcn_budget(chip, chips)
     return b.hosts, b.dcn_bytes_per_s, b.flops_per_s, b.critical_batch_tokens
 """,
         "ch05-training-days": """
@@ -329,7 +329,7 @@ def dense_param_counts(L, D, F, N, H, V):
         "ch05-ex5-2-memory": """
 def step_memory(n_params, bytes_per_param, L, tokens, D, F, dtype_bytes=2):
     cfg = cfg13.replace(n_layers=L, d_model=D, d_ff=F)
-    m = memory.training_memory(cfg, tokens, 4096, remat="mlp_outputs", state=memory.BOOK_ADAM, n_params=n_params)
+    m = chip_memory.training_memory(cfg, tokens, 4096, remat="mlp_outputs", state=chip_memory.BOOK_ADAM, n_params=n_params)
     return m.state_bytes, m.activations_bytes, m.total_bytes
 """,
         "ch05-ex5-3-slice": """
@@ -362,7 +362,7 @@ def training_seconds(total_flops, chips, flops_per_s, mfu):
 """,
         "ch06-train-memory": """
 def training_bytes(n_params, D, L, batch_tokens, ckpts_per_layer):
-    m = memory.training_memory(cfg70.replace(d_model=D, n_layers=L), batch_tokens, SEQ, remat=ckpts_per_layer,
+    m = chip_memory.training_memory(cfg70.replace(d_model=D, n_layers=L), batch_tokens, SEQ, remat=ckpts_per_layer,
                                n_params=n_params)
     return m.params_bytes, m.optimizer_bytes, m.activations_bytes, m.total_bytes
 """,
@@ -370,7 +370,7 @@ def training_bytes(n_params, D, L, batch_tokens, ckpts_per_layer):
 import dataclasses
 
 def memory_chips(total_bytes, hbm_bytes_per_chip, chips):
-    fewest = memory.min_chips_for_memory(total_bytes, dataclasses.replace(V5P, hbm_bytes=hbm_bytes_per_chip))
+    fewest = chip_memory.min_chips_for_memory(total_bytes, dataclasses.replace(V5P, hbm_bytes=hbm_bytes_per_chip))
     return fewest, total_bytes / chips
 """,
         "ch06-fsdp-alone": """
@@ -379,15 +379,15 @@ import dataclasses
 def fsdp_alone(batch_tokens, seq_len, chips, flops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
     return (planner.sequences_per_batch(batch_tokens, seq_len), batch_tokens / chips,
-            cost.dp_critical_batch_per_chip_tokens(chip, n_axes))
+            thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes))
 """,
         "ch06-mixed-split": """
 import dataclasses
 
 def mixed_split(B, F, N, flops_per_s, ici_bidi_bytes_per_s):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    roots = cost.mixed_fsdp_ways_range(B, F, N, chip)
-    return cost.mixed_critical_batch_per_chip_tokens(F, chip), None if roots is None else roots[1]
+    roots = thresholds.mixed_fsdp_ways_range(B, F, N, chip)
+    return thresholds.mixed_critical_batch_per_chip_tokens(F, chip), None if roots is None else roots[1]
 """,
         "ch06-choose-sharding": """
 def choose_fsdp_tp(chip, n_chips, global_batch_tokens, cfg):
@@ -400,7 +400,7 @@ import dataclasses
 def dcn_check(batch_tokens, pods, pod_chips, flops_per_s, chips_per_host, dcn_bytes_per_s_per_host):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, host_shape=(chips_per_host, 1, 1),
                                dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
-    return batch_tokens / pods, cost.dcn_budget(chip, pod_chips).critical_batch_tokens
+    return batch_tokens / pods, thresholds.dcn_budget(chip, pod_chips).critical_batch_tokens
 """,
     },
     "07_inference": {
@@ -475,8 +475,8 @@ import dataclasses
 def prefill_and_ratio(n_params, prompt_tokens, prefill_chips, flops_per_s, mfu, step_s, batch, decode_tokens):
     chip = dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s)
     p_s = st.prefill_time_s(n_params, prompt_tokens, mem.Replica(chip, prefill_chips), mfu)
-    return (p_s, serving.queries_per_s(batch, step_s, decode_tokens),
-            serving.prefill_servers_per_generate_server(p_s, step_s, batch, decode_tokens))
+    return (p_s, serving_rates.queries_per_s(batch, step_s, decode_tokens),
+            serving_rates.prefill_servers_per_generate_server(p_s, step_s, batch, decode_tokens))
 """,
         "ch07-kv-transfer": """
 import dataclasses
@@ -484,7 +484,7 @@ import dataclasses
 def kv_transfer(kv_bytes, sender_chips, receiver_chips, chips_per_host, dcn_bytes_per_s_per_host, prefill_s):
     chip = dataclasses.replace(V5E, host_shape=(chips_per_host, 1), dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
     a, b = mem.Replica(chip, sender_chips), mem.Replica(chip, receiver_chips)
-    return serving.kv_transfer_s(kv_bytes, a, b), serving.kv_transfer_share(kv_bytes, a, b, prefill_s)
+    return serving_rates.kv_transfer_s(kv_bytes, a, b), serving_rates.kv_transfer_share(kv_bytes, a, b, prefill_s)
 """,
         "ch07-cached-attention": """
 def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
@@ -495,8 +495,8 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
 """,
         "ch07-block-allocator": """
 def _as_pool(state):
-    # the same pool as a srv.blocks.BlockPool: take every block, then give the free ones back in their order
-    pool = srv.blocks.BlockPool(len(state["refcount"]), 1)
+    # the same pool as a srv.block_pool.BlockPool: take every block, then give the free ones back in their order
+    pool = srv.block_pool.BlockPool(len(state["refcount"]), 1)
     pool.allocate(pool.num_blocks)
     for b in state["free"]:
         pool.release(b, keep=True)
@@ -546,7 +546,7 @@ def speculative_accept(p, q, draft, u, v):
 import dataclasses
 
 def flops_per_dollar(flops_per_s, usd_per_hour):
-    return serving.flops_per_usd(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, usd_per_hour=usd_per_hour))
+    return serving_rates.flops_per_usd(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, usd_per_hour=usd_per_hour))
 """,
         "ch08-smallest-slice": """
 import dataclasses
@@ -571,7 +571,7 @@ def full_batch_qps(chips, hbm_bytes_per_chip, hbm_bytes_per_s, flops_per_s, n_pa
     batch = mem.max_batch(mem.free_hbm_bytes(rep, weight_bytes), kv_bytes_per_seq)
     s = st.decode_step_time(rep, n_params=n_params, weight_bytes=weight_bytes, kv_bytes_per_seq=kv_bytes_per_seq,
                             batch=batch)
-    return batch, s.step_s, serving.per_chip(serving.queries_per_s(batch, s.step_s, decode_tokens), chips)
+    return batch, s.step_s, serving_rates.per_chip(serving_rates.queries_per_s(batch, s.step_s, decode_tokens), chips)
 """,
         "ch08-latency-curve": """
 import dataclasses
@@ -606,9 +606,9 @@ import dataclasses
 def prefill_plan(n_params, prompt_tokens, answer_tokens, batch, step_s, prefill_chips, flops_per_s, mfu):
     chip = dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s)
     p = st.prefill_time_s(n_params, prompt_tokens, mem.Replica(chip, prefill_chips), mfu=mfu)
-    return (p, serving.sequences_finished_per_step(batch, answer_tokens),
-            serving.kv_tokens_evicted_per_step(batch, prompt_tokens, answer_tokens),
-            serving.prefill_servers_per_generate_server(p, step_s, batch, answer_tokens))
+    return (p, serving_rates.sequences_finished_per_step(batch, answer_tokens),
+            serving_rates.kv_tokens_evicted_per_step(batch, prompt_tokens, answer_tokens),
+            serving_rates.prefill_servers_per_generate_server(p, step_s, batch, answer_tokens))
 """,
         "ch08-ex8-1-bounds": """
 import dataclasses

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scalelib.gpus import specs
+from scalelib.gpus import gpu_specs
 from scalelib.validate import positive
 
 NDR_LINK_BYTES_PER_S = 400e9 / 8  # one NDR InfiniBand port or cable: 400 Gb/s each way
@@ -25,7 +25,7 @@ NDR_SWITCH_PORTS = 64
 class Node:
     """One NVLink domain: ``gpus`` GPUs, each joined to every NVSwitch, and one scale-out NIC per GPU."""
 
-    gpu: specs.GpuSpec
+    gpu: gpu_specs.GpuSpec
     gpus: int
     nvswitches: int
     nvswitch_ports: int
@@ -46,7 +46,7 @@ class Node:
         return self._nvlink.link_bytes_per_s
 
     @property
-    def _nvlink(self) -> specs.NvlinkGeneration:
+    def _nvlink(self) -> gpu_specs.NvlinkGeneration:
         assert self.gpu.nvlink is not None
         return self.gpu.nvlink
 
@@ -90,10 +90,10 @@ class Node:
 
 # NVSwitch port counts: 64 for the Hopper generation (the book); 72 for NVLink 5 switch chips, the count that
 # lets 2 of them serve 8 GPUs x 18 links (DGX B200) and 18 of them 72 GPUs x 18 links (NVL72).
-H100_NODE = Node(specs.H100, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
-H200_NODE = Node(specs.H200, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
-B200_NODE = Node(specs.B200, gpus=8, nvswitches=2, nvswitch_ports=72, nics=8)
-GB200_NVL72 = Node(specs.GB200, gpus=72, nvswitches=18, nvswitch_ports=72, nics=72)
+H100_NODE = Node(gpu_specs.H100, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
+H200_NODE = Node(gpu_specs.H200, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
+B200_NODE = Node(gpu_specs.B200, gpus=8, nvswitches=2, nvswitch_ports=72, nics=8)
+GB200_NVL72 = Node(gpu_specs.GB200, gpus=72, nvswitches=18, nvswitch_ports=72, nics=72)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Book: section 8.3, Exercise 8.3 (serve a model on TPU v5e with a firm limit on the time per token:
 which configuration gives the most throughput?). Added for chapter 8's planning exercise; it only
-combines ``memory`` and ``step_time``.
+combines ``replica_memory`` and ``step_time``.
 
 Candidates are one replica per power-of-two slice of 1 .. ``max_chips`` chips (the book's rounding
 rule), everything fully sharded. On a slice the generate step grows with the batch while the
@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from scalelib.hardware import Chip, Dtype
-from scalelib.inference.memory import Replica, free_hbm_bytes, max_batch
+from scalelib.inference.replica_memory import Replica, free_hbm_bytes, max_batch
 from scalelib.inference.step_time import DecodeStepTime, decode_step_time
 
 

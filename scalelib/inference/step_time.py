@@ -27,7 +27,7 @@ from scalelib import roofline as rl
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib.hardware import Chip, Dtype
-from scalelib.inference.memory import Replica, dtype_bytes, kv_bytes_per_token
+from scalelib.inference.replica_memory import Replica, dtype_bytes, kv_bytes_per_token
 from scalelib.transformer import TransformerConfig
 
 

@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import collectives, compat, hardware, model
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, specs
+from scalelib.parallel import thresholds, specs
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, local_grads, n_elements, \
     nbytes
 from scalelib.parallel.flops import StepFlops, adam_flops
@@ -138,7 +138,7 @@ class Multislice(Scheme):
         if ctx.slices == 1:
             return ()
         per_slice = ctx.global_batch_tokens / ctx.slices
-        threshold = cost.dp_critical_batch_per_chip_tokens(ctx.chip, ctx.n_axes)
+        threshold = thresholds.dp_critical_batch_per_chip_tokens(ctx.chip, ctx.n_axes)
         inner = ctx.mixed_axes(per_slice) if per_slice / ctx.chips < threshold else {"data_axes": ctx.axes}
         return (Layout(cls.name, slices=ctx.slices, **inner),)
 

@@ -31,11 +31,11 @@ from typing import Any
 
 from scalelib import transformer as tf
 from scalelib.hardware import Chip, Dtype
-from scalelib.parallel import cost, pricing, registry
+from scalelib.parallel import thresholds, pricing, registry
 from scalelib.parallel.context import PlanContext, split_axes
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
+from scalelib.parallel.chip_memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
     training_memory
 from scalelib.topology import Slice
 from scalelib.transformer_flops import six_n_train_flops
@@ -228,8 +228,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
         cfg.name, chip, chips * slices, global_batch_tokens, seq_len, mfu,
         training_flops(active, train_tokens) if train_tokens else None,
         min_chips_for_memory(training_memory(cfg, global_batch_tokens, seq_len, remat, state, n), chip),
-        cost.dp_critical_batch_per_chip_tokens(chip, n_axes),
-        cost.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
+        thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes),
+        thresholds.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
         tuple(plans))
 
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Sequence as Seq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from scalelib import model
 from scalelib.serving import paged, sampling
-from scalelib.serving.blocks import BlockPool
+from scalelib.serving.block_pool import BlockPool
 from scalelib.serving.prefix_cache import PrefixCache
 from scalelib.serving.request import Request
-from scalelib.serving.scheduler import Scheduler, Sequence
+from scalelib.serving.scheduler import Scheduler, SequenceState
 from scalelib.transformer import TransformerConfig
 
 
@@ -163,7 +163,7 @@ class Engine:
     def add(self, req: Request) -> int:
         """Queue ``req``; returns its id (ids count up in arrival order)."""
         self.check_request(req)
-        seq = Sequence(self._next_id, req, self.clock())
+        seq = SequenceState(self._next_id, req, self.clock())
         self._next_id += 1
         self.scheduler.add(seq)
         return seq.seq_id
@@ -177,7 +177,7 @@ class Engine:
         """Distinct step shapes run so far (each is compiled once per process)."""
         return len(self.step_shapes)
 
-    def _layout(self, entries: Seq[tuple[Sequence, int]]) -> tuple[paged.StepInput, list[Sequence]]:
+    def _layout(self, entries: Sequence[tuple[SequenceState, int]]) -> tuple[paged.StepInput, list[SequenceState]]:
         c, bs = self.config, self.config.block_size
         total = sum(n for _, n in entries)
         t = paged.bucket(total, c.min_token_bucket, c.max_token_bucket)
@@ -186,7 +186,7 @@ class Engine:
         tokens, positions = np.zeros(t, np.int32), np.zeros(t, np.int32)
         slots, rows = np.full(t, (c.array_blocks or c.num_blocks) * bs, np.int32), np.zeros(t, np.int32)
         tables, out = np.zeros((r, w), np.int32), np.zeros(r, np.int32)
-        sampled: list[Sequence] = []
+        sampled: list[SequenceState] = []
         at = 0
         for row, (s, n) in enumerate(entries):
             pos = np.arange(s.computed, s.computed + n)
@@ -231,7 +231,7 @@ class Engine:
         self.records.append(rec)
         return rec
 
-    def _append(self, s: Sequence, token: int, now: float) -> None:
+    def _append(self, s: SequenceState, token: int, now: float) -> None:
         s.tokens.append(token)
         if s.first_token_s is None:
             s.first_token_s = now
@@ -242,7 +242,7 @@ class Engine:
             self.finished[s.seq_id] = Result(s.seq_id, req.prompt, tuple(s.output), s.finish_reason, s.arrival_s,
                                              s.first_token_s, now, s.preemptions, s.cached_tokens)
 
-    def run(self, requests: Seq[Request], arrival_steps: Seq[int] | None = None,
+    def run(self, requests: Sequence[Request], arrival_steps: Sequence[int] | None = None,
             max_steps: int = 100_000) -> list[Result]:
         """Serve ``requests`` (request i joins before step ``arrival_steps[i]``, default 0) to the end."""
         arrival_steps = [0] * len(requests) if arrival_steps is None else list(arrival_steps)

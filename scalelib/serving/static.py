@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Sequence as Seq
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _pad(a: np.ndarray, size: int, value: int = 0) -> np.ndarray:
     return np.pad(a, (0, size - len(a)), constant_values=value).astype(np.int32)
 
 
-def serve_static(params: model.Params, cfg: TransformerConfig, requests: Seq[Request], batch_size: int,
+def serve_static(params: model.Params, cfg: TransformerConfig, requests: Sequence[Request], batch_size: int,
                  block_size: int = 16, clock: Callable[[], float] = time.perf_counter,
                  ) -> tuple[list[Result], list[StepRecord]]:
     """Serve ``requests`` (all arriving at the start) in fixed batches: (results in order, step records)."""

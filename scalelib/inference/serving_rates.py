@@ -1,4 +1,4 @@
-"""The serving engine around prefill and generate: queries, servers, caches, dollars.
+"""The serving engine's rates around prefill and generate: queries, servers, caches, dollars.
 
 Book: section 7.4 (interleaved vs disaggregated serving: prefill servers hand their KV caches
 over the network to generate servers; continuous batching refills slots as sequences finish;
@@ -15,7 +15,7 @@ from __future__ import annotations
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype
 from scalelib.validate import positive
-from scalelib.inference.memory import Replica
+from scalelib.inference.replica_memory import Replica
 
 SECONDS_PER_HOUR = 3600.0
 
