@@ -107,5 +107,5 @@ def test_decode_step_cost_parts():
     assert stt.decode_step_cost(tied, 4, 1024, 2).bytes == tf.param_counts(tied).total * 2 + cache
     # a decode step sits far below the chip's critical intensity: memory-bound
     assert rl.op_time_on_chip(c, V5E).bound == "comms"
-    with pytest.raises(ValueError, match="positive ints"):
+    with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         stt.decode_step_cost(cfg, 0, 1024)

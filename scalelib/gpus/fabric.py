@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 
 from scalelib.gpus import gpu_specs
-from scalelib.validate import positive
+from scalelib.validate import positive, positive_int
 
 NDR_LINK_BYTES_PER_S = 400e9 / 8  # one NDR InfiniBand port or cable: 400 Gb/s each way
 NDR_SWITCH_PORTS = 64
@@ -36,9 +36,7 @@ class Node:
         if self.gpu.nvlink is None:
             raise ValueError(f"{self.gpu.name} has no NVLink generation in the book's table")
         for name in ("gpus", "nvswitches", "nvswitch_ports", "nics"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"Node.{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, positive_int(f"Node.{name}", getattr(self, name)))
         positive("nic_bytes_per_s", self.nic_bytes_per_s)
 
     @property
@@ -134,9 +132,7 @@ class SuperPod:
 
     def __post_init__(self) -> None:
         for name in ("nodes_per_su", "sus", "leaves_per_su", "spines", "cables_per_leaf_spine", "ib_switch_ports"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"SuperPod.{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, positive_int(f"SuperPod.{name}", getattr(self, name)))
         positive("ib_link_bytes_per_s", self.ib_link_bytes_per_s)
 
     # ---- counts ----

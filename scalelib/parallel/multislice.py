@@ -39,6 +39,7 @@ from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.topology import RingAxis
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import non_negative, positive_int
 
 AXES = ("slice", "data")
 
@@ -168,9 +169,9 @@ def dcn_all_reduce_s(array_bytes: float, n_slices: int, chip: hardware.Chip) -> 
 
 def reduction_time(grad_bytes: float, n_slices: int, slice_chips: int, chip: hardware.Chip) -> ReductionTime:
     """Price the hierarchical reduction of ``grad_bytes`` (one copy of all gradients) on ``chip``."""
-    if n_slices < 1 or slice_chips < 1 or grad_bytes < 0:
-        raise ValueError(f"need n_slices >= 1, slice_chips >= 1, grad_bytes >= 0; got {n_slices}, {slice_chips}, "
-                         f"{grad_bytes}")
+    positive_int("n_slices", n_slices)
+    positive_int("slice_chips", slice_chips)
+    non_negative("grad_bytes", grad_bytes)
     ring = RingAxis(size=slice_chips, wraparound=chip.torus, one_way_bytes_per_s=chip.ici_one_way_bytes_per_s,
                     bidi_bytes_per_s=chip.ici_bidi_bytes_per_s if chip.torus else chip.ici_one_way_bytes_per_s,
                     hop_latency_s=chip.ici_hop_latency_s)

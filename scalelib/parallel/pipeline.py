@@ -37,6 +37,7 @@ from scalelib.parallel.schedule import KINDS, Kind, schedule
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.roofline import comms_time_s
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 @register
@@ -55,8 +56,7 @@ class Pipeline(Scheme):
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be 'gpipe' or '1f1b', got {self.kind!r}")
-        if not (isinstance(self.microbatches, int) and self.microbatches >= 1):
-            raise ValueError(f"microbatches must be a positive int, got {self.microbatches!r}")
+        object.__setattr__(self, "microbatches", positive_int("microbatches", self.microbatches))
 
     @property
     def mesh_axes(self) -> tuple[str, ...]:

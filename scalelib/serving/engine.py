@@ -31,6 +31,7 @@ from scalelib.serving.prefix_cache import PrefixCache
 from scalelib.serving.request import Request
 from scalelib.serving.scheduler import Scheduler, SequenceState
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_running", "token_budget", "max_context",
                      "min_token_bucket", "min_width_bucket", "min_rows_bucket"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.max_chunk is not None and not (isinstance(self.max_chunk, int) and self.max_chunk >= 1):
-            raise ValueError(f"max_chunk must be None or a positive int, got {self.max_chunk!r}")
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.max_chunk is not None:
+            object.__setattr__(self, "max_chunk", positive_int("max_chunk (or None for no limit)", self.max_chunk))
         if self.array_blocks is not None and not (isinstance(self.array_blocks, int)
                                                   and self.array_blocks >= self.num_blocks):
             raise ValueError(f"array_blocks must be None or an int >= num_blocks={self.num_blocks}, "

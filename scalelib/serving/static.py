@@ -23,6 +23,7 @@ from scalelib.serving import paged, sampling
 from scalelib.serving.engine import Result, StepRecord
 from scalelib.serving.request import Request
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 def _pad(a: np.ndarray, size: int, value: int = 0) -> np.ndarray:
@@ -33,8 +34,7 @@ def serve_static(params: model.Params, cfg: TransformerConfig, requests: Sequenc
                  block_size: int = 16, clock: Callable[[], float] = time.perf_counter,
                  ) -> tuple[list[Result], list[StepRecord]]:
     """Serve ``requests`` (all arriving at the start) in fixed batches: (results in order, step records)."""
-    if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = positive_int("batch_size", batch_size)
     if not requests:
         return [], []
     params = paged.unstacked(params)
