@@ -34,6 +34,7 @@ from autograder.shake import (
 )
 
 __all__ = [
+    "ALWAYS",
     "PACKAGE",
     "Item",
     "Surface",
@@ -132,12 +133,18 @@ def _quote(doc: str) -> str:
     return doc.replace("\\", "\\\\").replace('"""', "'''")
 
 
+# In every surface, whatever an exercise declares: the argument checks (``validate.positive_int`` and kin). Many
+# scalelib classes call them when an object is built (a TransformerConfig checks its counts), so an object a test
+# hands the student's function can only be rebuilt in the kernel with them there; they compute no answer.
+ALWAYS: tuple[Item, ...] = (Item(f"{PACKAGE}.validate"),)
+
+
 def closure(declared: Iterable[Item]) -> Surface:
-    """The declared items and everything they need, as whole modules and reduced ones."""
+    """The declared items and everything they need, as whole modules and reduced ones, plus ``ALWAYS``."""
     declared = frozenset(declared)
     whole: set[str] = set()
     need: dict[str, set[str]] = {}
-    work = list(declared)
+    work = list(declared) + list(ALWAYS)
     while True:
         while work:
             item = work.pop()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scalelib.validate import positive_int
+
 
 class DeviceSetupError(RuntimeError):
     """JAX started with fewer devices than asked for; restarting the process is the fix."""
@@ -33,8 +35,7 @@ def mesh_devices(n: int) -> list[Any]:
     job), else, in a single process beside too few accelerators, the first ``n`` CPU devices that ``setup``
     asked for. Neither: ``DeviceSetupError`` saying what to do.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int (number of devices in the mesh), got {n!r}")
+    n = positive_int("n (the number of devices in the mesh)", n)
     import jax
 
     default = jax.devices()

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 
 from scalelib.device_pick import DeviceSetupError, cpu_devices, mesh_devices
+from scalelib.validate import positive_int
 
 __all__ = ["DeviceInfo", "DeviceSetupError", "cpu_devices", "mesh_devices", "request_cpu_devices", "setup"]
 
@@ -59,8 +60,7 @@ def setup(n: int = DEFAULT_DEVICES) -> DeviceInfo:
       ``n`` CPU devices JAX starts beside them hold the meshes (``mesh_devices``); the report says so.
     * Too few devices (JAX already started with fewer CPU devices): ``DeviceSetupError`` explains how to recover.
     """
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int (number of devices), got {n!r}")
+    n = positive_int("n (the number of devices)", n)
     # XLA_FLAGS covers JAX versions that read the flag at start; the config call covers the rest.
     flag = f"--xla_force_host_platform_device_count={n}"
     flags = os.environ.get("XLA_FLAGS", "")
@@ -104,8 +104,7 @@ def request_cpu_devices(n: int) -> None:
     its own devices) is replaced: each process of a multi-process run gets the count its launcher
     gave it. Raises ``DeviceSetupError`` once JAX's backends have started.
     """
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n must be a positive int (number of CPU devices), got {n!r}")
+    n = positive_int("n (the number of CPU devices)", n)
     from scalelib import compat
 
     if compat.backends_initialized():

@@ -19,7 +19,7 @@ the other in ``BOOK_VARIANTS`` so a notebook can show both (see ``variant``).
 GPU chip figures come from the book's GPU part (its spec tables for A100, H100, H200 and B200, its NVLink
 table, and Appendix A for GB200 NVL72); the few it does not give (PCIe, the H100's exact 989 TFLOPs/s)
 come from NVIDIA's public datasheets (dense, i.e. without structured sparsity) and say so in ``source``.
-What only GPUs have (SMs, CUDA cores, SMEM, L2, clocks) lives in :mod:`scalelib.gpus.specs`, on top of
+What only GPUs have (SMs, CUDA cores, SMEM, L2, clocks) lives in :mod:`scalelib.gpus.gpu_specs`, on top of
 these records.
 """
 

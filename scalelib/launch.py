@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from scalelib import distributed
+from scalelib.validate import positive_int
 
 GRACE_S = 2.0  # from SIGTERM to SIGKILL
 STACK_WAIT_S = 1.0  # for hung processes to print their stacks
@@ -256,8 +257,10 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
     """
     out, err = out or sys.stdout, err or sys.stderr
     for name, value in (("processes", processes), ("local_devices", local_devices)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise LaunchError(f"{name} must be a positive integer, got {value!r}")
+        try:
+            positive_int(name, value)
+        except ValueError as bad:
+            raise LaunchError(str(bad)) from None
     if not timeout_s > 0:
         raise LaunchError(f"timeout must be a positive number of seconds, got {timeout_s!r}")
     _check_target(target)

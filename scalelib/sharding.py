@@ -21,6 +21,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from jax.sharding import PartitionSpec
 
+from scalelib.validate import positive_int
+
 MeshShape = Mapping[str, int]
 
 _WHOLE = re.compile(r"^\s*([A-Za-z][A-Za-z0-9']*)?\s*\[(.*)\]\s*(\{(.*)\})?\s*$")
@@ -57,10 +59,7 @@ MeshLike = Any  # a Mapping of axis names to sizes, or a jax Mesh
 def _mesh_shape(mesh: MeshLike) -> dict[str, int]:
     """A mesh given as a dict or a jax Mesh, as an ordered dict of axis sizes."""
     shape = dict(mesh.shape) if hasattr(mesh, "axis_names") else dict(mesh)
-    for name, size in shape.items():
-        if not isinstance(size, (int, np.integer)) or size < 1:
-            raise ValueError(f"mesh axis {name!r} must have a positive integer size, got {size!r}")
-    return shape
+    return {name: positive_int(f"the size of mesh axis {name!r}", size) for name, size in shape.items()}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from scalelib.validate import positive_int
+
 if TYPE_CHECKING:
     from scalelib.hardware import Chip
 
@@ -149,8 +151,7 @@ def mxu_padding(m: int, k: int, n: int, mxu_dim: int | None = None, chip: Chip |
             raise ValueError(f"give mxu_dim or a TPU chip; {getattr(chip, 'name', chip)!r} has no MXU size")
         mxu_dim = chip.mxu_dim
     for name, v in (("m", m), ("k", k), ("n", n), ("mxu_dim", mxu_dim), ("lhs_rows", lhs_rows)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        positive_int(name, v)
     padded = (_round_up(m, lhs_rows), _round_up(k, mxu_dim), _round_up(n, mxu_dim))
     return Padding((m, k, n), padded, mxu_dim)
 

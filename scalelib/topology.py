@@ -19,6 +19,7 @@ from typing import Sequence, cast
 from dataclasses import dataclass
 
 from scalelib.hardware import Chip, CoreFigures
+from scalelib.validate import positive_int
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,7 @@ class RingAxis:
     hop_latency_s: float
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.size, int) and self.size >= 1):
-            raise ValueError(f"axis size must be a positive int, got {self.size!r}")
+        object.__setattr__(self, "size", positive_int("axis size", self.size))
         for name in ("one_way_bytes_per_s", "bidi_bytes_per_s"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
@@ -56,9 +56,9 @@ def ring_axis(chip: Chip | CoreFigures, size: int, wraparound: bool = True) -> R
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, ...]:
     shape = tuple(shape)
-    if not shape or any(not isinstance(n, int) or n < 1 for n in shape):
-        raise ValueError(f"slice shape must be a non-empty tuple of positive ints, got {shape!r}")
-    return shape
+    if not shape:
+        raise ValueError("slice shape must be a non-empty tuple of positive ints, got ()")
+    return tuple(positive_int(f"slice shape {shape!r}: axis {i}", n) for i, n in enumerate(shape))
 
 
 @dataclass(frozen=True)
@@ -242,8 +242,7 @@ class GpuCluster:
     nodes: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.nodes, int) and self.nodes >= 1):
-            raise ValueError(f"nodes must be a positive int, got {self.nodes!r}")
+        object.__setattr__(self, "nodes", positive_int("nodes", self.nodes))
 
     @property
     def num_gpus(self) -> int:

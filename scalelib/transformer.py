@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from scalelib.validate import positive_int
+
 Activation = Literal["silu", "gelu"]
 # Rematerialization policies (section 4.4.2); scalelib.transformer_memory says what each keeps.
 RematPolicy = Literal["none", "dots", "dots_no_batch", "block_inputs", "full"]
@@ -59,9 +61,7 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for f in ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_ff"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"{f} must be a positive int, got {v!r}")
+            object.__setattr__(self, f, positive_int(f, getattr(self, f)))
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; each KV head "

@@ -244,10 +244,10 @@ import dataclasses
 
 def fsdp_threshold(flops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    return cost.dp_critical_batch_per_chip_tokens(chip, n_axes)
+    return thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes)
 
 def hbm_threshold(flops_per_s, hbm_bytes_per_s):
-    return cost.hbm_critical_batch_tokens(dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s,
+    return thresholds.hbm_critical_batch_tokens(dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s,
                                                               hbm_bytes_per_s=hbm_bytes_per_s))
 """,
         "ch05-batch-and-chips": """
@@ -261,11 +261,11 @@ def min_batch(per_chip_tokens, chips):
 import dataclasses
 
 def adam_bytes_per_param(param_bytes, moment_bytes):
-    return memory.StateBytes(param_bytes=param_bytes, grad_bytes=0, adam_moment_bytes=moment_bytes).bytes_per_param
+    return chip_memory.StateBytes(param_bytes=param_bytes, grad_bytes=0, adam_moment_bytes=moment_bytes).bytes_per_param
 
 def max_params_dp(hbm_bytes, bytes_per_param):
-    st = memory.StateBytes(param_bytes=bytes_per_param, grad_bytes=0, adam_moment_bytes=0)
-    return memory.max_params_data_parallel(dataclasses.replace(V5P, hbm_bytes=hbm_bytes), st)
+    st = chip_memory.StateBytes(param_bytes=bytes_per_param, grad_bytes=0, adam_moment_bytes=0)
+    return chip_memory.max_params_data_parallel(dataclasses.replace(V5P, hbm_bytes=hbm_bytes), st)
 """,
         "ch05-fsdp-collectives": """
 import jax.numpy as jnp
@@ -286,17 +286,17 @@ import dataclasses
 
 def tp_limits(d_ff, ways, ops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=ops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    return cost.ici_intensity(chip), cost.tp_max_ways(d_ff, chip, n_axes), cost.tp_min_d_ff(ways, chip, n_axes)
+    return thresholds.ici_intensity(chip), thresholds.tp_max_ways(d_ff, chip, n_axes), thresholds.tp_min_d_ff(ways, chip, n_axes)
 """,
         "ch05-fsdp-tp-split": """
 import dataclasses
 
 def optimal_fsdp(batch_tokens, d_ff, chips, m_x, m_y):
-    return cost.optimal_fsdp_ways(batch_tokens, d_ff, chips, m_x, m_y)
+    return thresholds.optimal_fsdp_ways(batch_tokens, d_ff, chips, m_x, m_y)
 
 def mixed_min_batch_per_chip(d_ff, alpha, m_x, m_y):
     chip = dataclasses.replace(V5P, ici_one_way_bytes_per_s=V5P.bf16_flops_per_s / alpha / 2)
-    return cost.mixed_critical_batch_per_chip_tokens(d_ff, chip, m_x, m_y)
+    return thresholds.mixed_critical_batch_per_chip_tokens(d_ff, chip, m_x, m_y)
 """,
         "ch05-gpipe-schedule": """
 def gpipe_schedule(n_stages, n_microbatches):
@@ -308,7 +308,7 @@ import dataclasses
 def dcn_budget(chips, chips_per_host, dcn_bytes_per_s_per_host, flops_per_s_per_chip):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s_per_chip, host_shape=(chips_per_host, 1, 1),
                                dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
-    b = cost.dcn_budget(chip, chips)
+    b = thresholds.dcn_budget(chip, chips)
     return b.hosts, b.dcn_bytes_per_s, b.flops_per_s, b.critical_batch_tokens
 """,
         "ch05-training-days": """
@@ -329,7 +329,7 @@ def dense_param_counts(L, D, F, N, H, V):
         "ch05-ex5-2-memory": """
 def step_memory(n_params, bytes_per_param, L, tokens, D, F, dtype_bytes=2):
     cfg = cfg13.replace(n_layers=L, d_model=D, d_ff=F)
-    m = memory.training_memory(cfg, tokens, 4096, remat="mlp_outputs", state=memory.BOOK_ADAM, n_params=n_params)
+    m = chip_memory.training_memory(cfg, tokens, 4096, remat="mlp_outputs", state=chip_memory.BOOK_ADAM, n_params=n_params)
     return m.state_bytes, m.activations_bytes, m.total_bytes
 """,
         "ch05-ex5-3-slice": """
@@ -362,7 +362,7 @@ def training_seconds(total_flops, chips, flops_per_s, mfu):
 """,
         "ch06-train-memory": """
 def training_bytes(n_params, D, L, batch_tokens, ckpts_per_layer):
-    m = memory.training_memory(cfg70.replace(d_model=D, n_layers=L), batch_tokens, SEQ, remat=ckpts_per_layer,
+    m = chip_memory.training_memory(cfg70.replace(d_model=D, n_layers=L), batch_tokens, SEQ, remat=ckpts_per_layer,
                                n_params=n_params)
     return m.params_bytes, m.optimizer_bytes, m.activations_bytes, m.total_bytes
 """,
@@ -370,7 +370,7 @@ def training_bytes(n_params, D, L, batch_tokens, ckpts_per_layer):
 import dataclasses
 
 def memory_chips(total_bytes, hbm_bytes_per_chip, chips):
-    fewest = memory.min_chips_for_memory(total_bytes, dataclasses.replace(V5P, hbm_bytes=hbm_bytes_per_chip))
+    fewest = chip_memory.min_chips_for_memory(total_bytes, dataclasses.replace(V5P, hbm_bytes=hbm_bytes_per_chip))
     return fewest, total_bytes / chips
 """,
         "ch06-fsdp-alone": """
@@ -379,15 +379,15 @@ import dataclasses
 def fsdp_alone(batch_tokens, seq_len, chips, flops_per_s, ici_bidi_bytes_per_s, n_axes):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
     return (planner.sequences_per_batch(batch_tokens, seq_len), batch_tokens / chips,
-            cost.dp_critical_batch_per_chip_tokens(chip, n_axes))
+            thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes))
 """,
         "ch06-mixed-split": """
 import dataclasses
 
 def mixed_split(B, F, N, flops_per_s, ici_bidi_bytes_per_s):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, ici_one_way_bytes_per_s=ici_bidi_bytes_per_s / 2)
-    roots = cost.mixed_fsdp_ways_range(B, F, N, chip)
-    return cost.mixed_critical_batch_per_chip_tokens(F, chip), None if roots is None else roots[1]
+    roots = thresholds.mixed_fsdp_ways_range(B, F, N, chip)
+    return thresholds.mixed_critical_batch_per_chip_tokens(F, chip), None if roots is None else roots[1]
 """,
         "ch06-choose-sharding": """
 def choose_fsdp_tp(chip, n_chips, global_batch_tokens, cfg):
@@ -400,18 +400,18 @@ import dataclasses
 def dcn_check(batch_tokens, pods, pod_chips, flops_per_s, chips_per_host, dcn_bytes_per_s_per_host):
     chip = dataclasses.replace(V5P, bf16_flops_per_s=flops_per_s, host_shape=(chips_per_host, 1, 1),
                                dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
-    return batch_tokens / pods, cost.dcn_budget(chip, pod_chips).critical_batch_tokens
+    return batch_tokens / pods, thresholds.dcn_budget(chip, pod_chips).critical_batch_tokens
 """,
     },
     "07_inference": {
         "ch07-kv-cache": """
 def kv_cache_bytes(L, K, H, value_bytes, seq_len, batch):
     cfg = tf.TransformerConfig(vocab_size=1000, d_model=512, n_layers=L, n_heads=K, n_kv_heads=K, head_dim=H, d_ff=1024)
-    per_token = mem.kv_bytes_per_token(cfg, value_bytes)
-    return per_token, mem.kv_bytes(per_token, seq_len, batch)
+    per_token = replica_memory.kv_bytes_per_token(cfg, value_bytes)
+    return per_token, replica_memory.kv_bytes(per_token, seq_len, batch)
 
 def sequences_outweighing(weight_bytes, kv_bytes_per_seq):
-    return mem.sequences_exceeding(weight_bytes, kv_bytes_per_seq)
+    return replica_memory.sequences_exceeding(weight_bytes, kv_bytes_per_seq)
 """,
         "ch07-ex7-1-params": """
 def chapter_model_params(L, D, F, N, K, H, V, E=0):
@@ -431,24 +431,24 @@ import dataclasses
 
 def generate_step(n_params, weight_bytes, kv_bytes_per_seq, batch, chips, flops_per_s, hbm_bytes_per_s):
     chip = dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s)
-    t = st.decode_step_time(mem.Replica(chip, chips), n_params=n_params, weight_bytes=weight_bytes,
+    t = st.decode_step_time(replica_memory.Replica(chip, chips), n_params=n_params, weight_bytes=weight_bytes,
                             kv_bytes_per_seq=kv_bytes_per_seq, batch=batch)
     return t.step_s, t.tokens_per_s
 """,
         "ch07-ex7-2-capacity": """
 def kv_room(hbm_bytes, weight_bytes, kv_bytes_per_token, seq_len):
-    free = mem.free_hbm_bytes(hbm_bytes, weight_bytes)
-    return (free, mem.kv_token_capacity(free, kv_bytes_per_token),
-            mem.max_batch(free, mem.kv_bytes(kv_bytes_per_token, seq_len)))
+    free = replica_memory.free_hbm_bytes(hbm_bytes, weight_bytes)
+    return (free, replica_memory.kv_token_capacity(free, kv_bytes_per_token),
+            replica_memory.max_batch(free, replica_memory.kv_bytes(kv_bytes_per_token, seq_len)))
 """,
         "ch07-slice": """
 import dataclasses
 
 def serving_slice(weight_bytes, chips, hbm_bytes_per_chip, hbm_bytes_per_s):
     chip = dataclasses.replace(V5E, hbm_bytes=hbm_bytes_per_chip, hbm_bytes_per_s=hbm_bytes_per_s)
-    rep = mem.Replica(chip, chips)
-    return (mem.chips_to_hold(weight_bytes, chip), mem.smallest_slice_chips(weight_bytes, chip),
-            st.weight_load_s(weight_bytes, rep), mem.free_hbm_per_chip_bytes(rep, weight_bytes))
+    rep = replica_memory.Replica(chip, chips)
+    return (replica_memory.chips_to_hold(weight_bytes, chip), replica_memory.smallest_slice_chips(weight_bytes, chip),
+            st.weight_load_s(weight_bytes, rep), replica_memory.free_hbm_per_chip_bytes(rep, weight_bytes))
 """,
         "ch07-model-parallel": """
 import dataclasses
@@ -474,17 +474,17 @@ import dataclasses
 
 def prefill_and_ratio(n_params, prompt_tokens, prefill_chips, flops_per_s, mfu, step_s, batch, decode_tokens):
     chip = dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s)
-    p_s = st.prefill_time_s(n_params, prompt_tokens, mem.Replica(chip, prefill_chips), mfu)
-    return (p_s, serving.queries_per_s(batch, step_s, decode_tokens),
-            serving.prefill_servers_per_generate_server(p_s, step_s, batch, decode_tokens))
+    p_s = st.prefill_time_s(n_params, prompt_tokens, replica_memory.Replica(chip, prefill_chips), mfu)
+    return (p_s, serving_rates.queries_per_s(batch, step_s, decode_tokens),
+            serving_rates.prefill_servers_per_generate_server(p_s, step_s, batch, decode_tokens))
 """,
         "ch07-kv-transfer": """
 import dataclasses
 
 def kv_transfer(kv_bytes, sender_chips, receiver_chips, chips_per_host, dcn_bytes_per_s_per_host, prefill_s):
     chip = dataclasses.replace(V5E, host_shape=(chips_per_host, 1), dcn_bytes_per_s_per_host=dcn_bytes_per_s_per_host)
-    a, b = mem.Replica(chip, sender_chips), mem.Replica(chip, receiver_chips)
-    return serving.kv_transfer_s(kv_bytes, a, b), serving.kv_transfer_share(kv_bytes, a, b, prefill_s)
+    a, b = replica_memory.Replica(chip, sender_chips), replica_memory.Replica(chip, receiver_chips)
+    return serving_rates.kv_transfer_s(kv_bytes, a, b), serving_rates.kv_transfer_share(kv_bytes, a, b, prefill_s)
 """,
         "ch07-cached-attention": """
 def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
@@ -495,8 +495,8 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
 """,
         "ch07-block-allocator": """
 def _as_pool(state):
-    # the same pool as a srv.blocks.BlockPool: take every block, then give the free ones back in their order
-    pool = srv.blocks.BlockPool(len(state["refcount"]), 1)
+    # the same pool as a serving.block_pool.BlockPool: take every block, then give the free ones back in their order
+    pool = serving.block_pool.BlockPool(len(state["refcount"]), 1)
     pool.allocate(pool.num_blocks)
     for b in state["free"]:
         pool.release(b, keep=True)
@@ -529,15 +529,15 @@ def pool_release(state, blocks):
 """,
         "ch07-schedule-step": """
 def schedule_step(running, waiting, token_budget, max_running, free_blocks, block_size):
-    plan = srv.scheduler.plan_step([srv.scheduler.SeqView(*s) for s in running],
-                                   [srv.scheduler.SeqView(i, 0, total, 0) for i, total in waiting],
+    plan = serving.scheduler.plan_step([serving.scheduler.SeqView(*s) for s in running],
+                                   [serving.scheduler.SeqView(i, 0, total, 0) for i, total in waiting],
                                    token_budget=token_budget, max_running=max_running, free_blocks=free_blocks,
                                    block_size=block_size)
     return [[int(i), int(n)] for i, n in plan.scheduled], [int(i) for i in plan.preempted]
 """,
         "ch07-spec-accept": """
 def speculative_accept(p, q, draft, u, v):
-    n_acc, nxt = srv.speculative.verify(np.asarray(p), np.asarray(q), np.asarray(draft), np.asarray(u), v)
+    n_acc, nxt = serving.speculative.verify(np.asarray(p), np.asarray(q), np.asarray(draft), np.asarray(u), v)
     return int(n_acc), int(nxt)
 """,
     },
@@ -546,7 +546,7 @@ def speculative_accept(p, q, draft, u, v):
 import dataclasses
 
 def flops_per_dollar(flops_per_s, usd_per_hour):
-    return serving.flops_per_usd(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, usd_per_hour=usd_per_hour))
+    return serving_rates.flops_per_usd(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, usd_per_hour=usd_per_hour))
 """,
         "ch08-smallest-slice": """
 import dataclasses
@@ -554,11 +554,11 @@ import dataclasses
 def smallest_slice_row(n_params, value_bytes, L, K, H, seq_len, hbm_bytes_per_chip):
     chip = dataclasses.replace(V5E, hbm_bytes=hbm_bytes_per_chip)
     cfg = cfg70.replace(n_layers=L, n_heads=K, n_kv_heads=K, head_dim=H)
-    w = mem.param_bytes(n_params, value_bytes)
-    per_token = mem.kv_bytes_per_token(cfg, value_bytes)
-    n = mem.smallest_slice_chips(w, chip)
-    free = mem.free_hbm_bytes(mem.Replica(chip, n), w)
-    return w, per_token, mem.chips_to_hold(w, chip), n, free, mem.max_batch(free, mem.kv_bytes(per_token, seq_len))
+    w = replica_memory.param_bytes(n_params, value_bytes)
+    per_token = replica_memory.kv_bytes_per_token(cfg, value_bytes)
+    n = replica_memory.smallest_slice_chips(w, chip)
+    free = replica_memory.free_hbm_bytes(replica_memory.Replica(chip, n), w)
+    return w, per_token, replica_memory.chips_to_hold(w, chip), n, free, replica_memory.max_batch(free, replica_memory.kv_bytes(per_token, seq_len))
 """,
         "ch08-full-batch-qps": """
 import dataclasses
@@ -567,11 +567,11 @@ def full_batch_qps(chips, hbm_bytes_per_chip, hbm_bytes_per_s, flops_per_s, n_pa
                    kv_bytes_per_seq, decode_tokens):
     chip = dataclasses.replace(V5E, hbm_bytes=hbm_bytes_per_chip, hbm_bytes_per_s=hbm_bytes_per_s,
                                bf16_flops_per_s=flops_per_s)
-    rep = mem.Replica(chip, chips)
-    batch = mem.max_batch(mem.free_hbm_bytes(rep, weight_bytes), kv_bytes_per_seq)
+    rep = replica_memory.Replica(chip, chips)
+    batch = replica_memory.max_batch(replica_memory.free_hbm_bytes(rep, weight_bytes), kv_bytes_per_seq)
     s = st.decode_step_time(rep, n_params=n_params, weight_bytes=weight_bytes, kv_bytes_per_seq=kv_bytes_per_seq,
                             batch=batch)
-    return batch, s.step_s, serving.per_chip(serving.queries_per_s(batch, s.step_s, decode_tokens), chips)
+    return batch, s.step_s, serving_rates.per_chip(serving_rates.queries_per_s(batch, s.step_s, decode_tokens), chips)
 """,
         "ch08-latency-curve": """
 import dataclasses
@@ -579,7 +579,7 @@ import numpy as np
 
 def latency_curve(batches, chips, n_params, weight_bytes, kv_bytes_per_seq, flops_per_s, hbm_bytes_per_s):
     chip = dataclasses.replace(V5E, hbm_bytes_per_s=hbm_bytes_per_s, bf16_flops_per_s=flops_per_s)
-    steps = [st.decode_step_time(mem.Replica(chip, chips), n_params=n_params, weight_bytes=weight_bytes,
+    steps = [st.decode_step_time(replica_memory.Replica(chip, chips), n_params=n_params, weight_bytes=weight_bytes,
                                  kv_bytes_per_seq=kv_bytes_per_seq, batch=float(b)) for b in batches]
     return np.array([s.step_s for s in steps]), np.array([s.tokens_per_s_per_chip for s in steps])
 """,
@@ -605,26 +605,26 @@ import dataclasses
 
 def prefill_plan(n_params, prompt_tokens, answer_tokens, batch, step_s, prefill_chips, flops_per_s, mfu):
     chip = dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s)
-    p = st.prefill_time_s(n_params, prompt_tokens, mem.Replica(chip, prefill_chips), mfu=mfu)
-    return (p, serving.sequences_finished_per_step(batch, answer_tokens),
-            serving.kv_tokens_evicted_per_step(batch, prompt_tokens, answer_tokens),
-            serving.prefill_servers_per_generate_server(p, step_s, batch, answer_tokens))
+    p = st.prefill_time_s(n_params, prompt_tokens, replica_memory.Replica(chip, prefill_chips), mfu=mfu)
+    return (p, serving_rates.sequences_finished_per_step(batch, answer_tokens),
+            serving_rates.kv_tokens_evicted_per_step(batch, prompt_tokens, answer_tokens),
+            serving_rates.prefill_servers_per_generate_server(p, step_s, batch, answer_tokens))
 """,
         "ch08-ex8-1-bounds": """
 import dataclasses
 
 def forward_bounds(n_params, chips, flops_per_s, hbm_bytes_per_s, weight_value_bytes):
-    rep = mem.Replica(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s), chips)
+    rep = replica_memory.Replica(dataclasses.replace(V5E, bf16_flops_per_s=flops_per_s, hbm_bytes_per_s=hbm_bytes_per_s), chips)
     f = st.dense_forward_flops(n_params, 1)
-    return f, rl.compute_time_s(f, rep.flops_per_s()), st.weight_load_s(mem.param_bytes(n_params, weight_value_bytes), rep)
+    return f, rl.compute_time_s(f, rep.flops_per_s()), st.weight_load_s(replica_memory.param_bytes(n_params, weight_value_bytes), rep)
 """,
         "ch08-ex8-2-small-model": """
 import dataclasses
 
 def serving_footprint(n_params, L, K, H, value_bytes, batch, seq_len, hbm_bytes_per_chip):
     cfg = cfg8.replace(n_layers=L, n_heads=K, n_kv_heads=K, head_dim=H)
-    m = mem.serving_memory(mem.param_bytes(n_params, value_bytes), mem.kv_bytes_per_token(cfg, value_bytes), seq_len, batch)
-    return m.weight_bytes, m.kv_bytes, mem.smallest_slice_chips(m.total_bytes, dataclasses.replace(V5E, hbm_bytes=hbm_bytes_per_chip))
+    m = replica_memory.serving_memory(replica_memory.param_bytes(n_params, value_bytes), replica_memory.kv_bytes_per_token(cfg, value_bytes), seq_len, batch)
+    return m.weight_bytes, m.kv_bytes, replica_memory.smallest_slice_chips(m.total_bytes, dataclasses.replace(V5E, hbm_bytes=hbm_bytes_per_chip))
 """,
         "ch08-ex8-3-plan": """
 import dataclasses

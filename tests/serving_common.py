@@ -18,7 +18,7 @@ import pytest
 
 from scalelib import compat, model
 from scalelib.inference import decode
-from scalelib.serving import blocks, engine
+from scalelib.serving import block_pool, engine
 
 CFG = model.small_config()
 MAX_NEW = 10  # the references hold this many greedy tokens; requests ask for at most as many
@@ -70,9 +70,9 @@ def fast_compiles():
 
 @pytest.fixture(autouse=True)
 def no_block_leaks(monkeypatch):
-    pools: list[blocks.BlockPool] = []
+    pools: list[block_pool.BlockPool] = []
     engines: list[engine.Engine] = []
-    pool_init, engine_init = blocks.BlockPool.__init__, engine.Engine.__init__
+    pool_init, engine_init = block_pool.BlockPool.__init__, engine.Engine.__init__
 
     def record_pool(self, *a, **k):
         pool_init(self, *a, **k)
@@ -82,7 +82,7 @@ def no_block_leaks(monkeypatch):
         engine_init(self, *a, **k)
         engines.append(self)
 
-    monkeypatch.setattr(blocks.BlockPool, "__init__", record_pool)
+    monkeypatch.setattr(block_pool.BlockPool, "__init__", record_pool)
     monkeypatch.setattr(engine.Engine, "__init__", record_engine)
     yield
     for pool in pools:

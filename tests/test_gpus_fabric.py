@@ -3,7 +3,7 @@
 import pytest
 
 from scalelib.gpus import fabric as fb
-from scalelib.gpus import specs as gs
+from scalelib.gpus import gpu_specs as gs
 
 NODE, POD = fb.H100_NODE, fb.H100_SUPERPOD
 

@@ -106,3 +106,30 @@ def test_the_cycle_finder_sees_every_kind_of_import(tmp_path, source, cyclic):
     for name, text in source.items():
         (pkg / name).write_text(text)
     assert (find_cycle(import_graph(pkg)) is not None) == cyclic
+
+
+def shared_base_names(package_dir: pathlib.Path) -> dict[str, list[str]]:
+    """File name -> the modules that carry it, for every name that more than one module below ``package_dir`` has
+    (``__init__.py`` aside: each package has one)."""
+    seen: dict[str, list[str]] = {}
+    for name, path in module_files(package_dir).items():
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(name)
+    return {base: names for base, names in seen.items() if len(names) > 1}
+
+
+def test_every_scalelib_module_has_a_name_of_its_own():
+    # Two modules called memory.py or cost.py read alike in imports, tracebacks and aliases (``mem``, ``cost``) while
+    # they hold different ideas; a name that says which side it is on keeps one word for one thing.
+    assert len(module_files(ROOT / "scalelib")) > 50  # the tree is read, not empty
+    shared = shared_base_names(ROOT / "scalelib")
+    assert not shared, "module file names used more than once in scalelib (give each a name for its own idea): " + \
+        "; ".join(f"{base}: {', '.join(names)}" for base, names in sorted(shared.items()))
+
+
+def test_shared_base_names_finds_a_repeated_name(tmp_path):
+    for rel in ("pkg/__init__.py", "pkg/a/__init__.py", "pkg/a/cost.py", "pkg/b/__init__.py", "pkg/b/cost.py",
+                "pkg/b/plan.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    assert shared_base_names(tmp_path / "pkg") == {"cost.py": ["pkg.a.cost", "pkg.b.cost"]}

@@ -92,7 +92,7 @@ def test_decode_rejects_bad_sizes():
         decode.prefill(params, prompt, cfg, max_len=4)
     with pytest.raises(ValueError, match="B = the cache's batch 3"):
         decode.extend(params, prompt, decode.init_cache(cfg, 3, 8), cfg)
-    with pytest.raises(ValueError, match="batch and max_len must be positive ints"):
+    with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         decode.init_cache(cfg, 0, 8)
 
 

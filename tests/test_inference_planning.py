@@ -5,14 +5,14 @@ import itertools
 import pytest
 
 from scalelib import hardware as hw
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import planning
 from scalelib.inference import step_time as st
 
 V5E = hw.TPU_V5E
 N = 70e9
-W_INT8 = mem.param_bytes(N, "int8")
-KV_8K = mem.kv_bytes(163_840, 8192)  # LLaMA 3-70B int8 cache of an 8k-token sequence
+W_INT8 = replica_memory.param_bytes(N, "int8")
+KV_8K = replica_memory.kv_bytes(163_840, 8192)  # LLaMA 3-70B int8 cache of an 8k-token sequence
 
 
 def brute_force(max_step_s, max_chips, weight_bytes=W_INT8, kv=KV_8K):
@@ -23,10 +23,10 @@ def brute_force(max_step_s, max_chips, weight_bytes=W_INT8, kv=KV_8K):
     for chips in (2 ** i for i in itertools.count()):
         if chips > max_chips:
             break
-        replica = mem.Replica(V5E, chips)
+        replica = replica_memory.Replica(V5E, chips)
         if replica.hbm_bytes < weight_bytes:
             continue
-        for batch in range(1, mem.max_batch(mem.free_hbm_bytes(replica, weight_bytes), kv) + 1):
+        for batch in range(1, replica_memory.max_batch(replica_memory.free_hbm_bytes(replica, weight_bytes), kv) + 1):
             s = st.decode_step_time(replica, n_params=N, weight_bytes=weight_bytes, kv_bytes_per_seq=kv, batch=batch)
             if s.step_s <= max_step_s:
                 rate = s.tokens_per_s_per_chip

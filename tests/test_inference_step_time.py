@@ -6,11 +6,11 @@ from scalelib import hardware as hw
 from scalelib import roofline as rl
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import step_time as stt
 
 V5E = hw.TPU_V5E
-R16 = mem.Replica(V5E, 16)
+R16 = replica_memory.Replica(V5E, 16)
 
 
 def _step(batch, kv=0.0, weight_bytes=70e9, compute="bf16"):
@@ -73,7 +73,7 @@ def test_model_step_uses_the_config():
 def test_kv_flops_crossover_makes_the_two_times_equal_at_any_batch():
     chip = hw.variant(V5E, "hbm_bytes_per_s")
     s_star = stt.kv_flops_crossover_seq_len(70e9, 163_840, chip)
-    replica = mem.Replica(chip, 16)
+    replica = replica_memory.Replica(chip, 16)
     for batch in (1, 37, 500):
         s = stt.decode_step_time(replica, n_params=70e9, weight_bytes=70e9, kv_bytes_per_seq=163_840 * s_star,
                                  batch=batch)
@@ -83,7 +83,7 @@ def test_kv_flops_crossover_makes_the_two_times_equal_at_any_batch():
 def test_prefill_and_weight_load():
     assert stt.prefill_time_s(70e9, 8192, R16, mfu=0.5) == pytest.approx(2 * 70e9 * 8192 / (0.5 * R16.flops_per_s()))
     assert stt.weight_load_s(70e9, R16) == pytest.approx(_step(1).param_load_s)
-    assert stt.full_hbm_read_s(mem.Replica(V5E, 4)) == pytest.approx(V5E.hbm_bytes / V5E.hbm_bytes_per_s)
+    assert stt.full_hbm_read_s(replica_memory.Replica(V5E, 4)) == pytest.approx(V5E.hbm_bytes / V5E.hbm_bytes_per_s)
     assert stt.prefill_attention_compute_bound_len(240) == 480
     with pytest.raises(ValueError, match=r"mfu must be in \(0, 1\]"):
         stt.prefill_time_s(70e9, 8192, R16, mfu=40)
@@ -100,12 +100,12 @@ def test_decode_step_cost_parts():
     c = stt.decode_step_cost(cfg, 4, 1024, 2)
     counts = tf.param_counts(cfg)
     weights = (counts.total - counts.embedding + 4 * cfg.d_model) * 2
-    cache = mem.kv_bytes_per_token(cfg, 2) * 4 * 1025
+    cache = replica_memory.kv_bytes_per_token(cfg, 2) * 4 * 1025
     assert c.bytes == weights + cache
     assert c.flops == fl.forward_flops(cfg, 4, 1024).matmul_flops
     tied = cfg.replace(tied_embeddings=True)
     assert stt.decode_step_cost(tied, 4, 1024, 2).bytes == tf.param_counts(tied).total * 2 + cache
     # a decode step sits far below the chip's critical intensity: memory-bound
     assert rl.op_time_on_chip(c, V5E).bound == "comms"
-    with pytest.raises(ValueError, match="positive ints"):
+    with pytest.raises(ValueError, match="batch must be a positive int, got 0"):
         stt.decode_step_cost(cfg, 0, 1024)

@@ -182,9 +182,9 @@ def _stop_launcher_and_check(proc: subprocess.Popen, sig: int) -> None:
 
 
 def test_bad_requests_are_refused_before_anything_starts(faults, tmp_path):
-    with pytest.raises(launch.LaunchError, match="processes must be a positive integer, got 0"):
+    with pytest.raises(launch.LaunchError, match="processes must be a positive int, got 0"):
         launch.launch([str(faults)], 0, 4)
-    with pytest.raises(launch.LaunchError, match="local_devices must be a positive integer"):
+    with pytest.raises(launch.LaunchError, match="local_devices must be a positive int"):
         launch.launch([str(faults)], 2, -1)
     with pytest.raises(launch.LaunchError, match="timeout must be a positive number"):
         launch.launch([str(faults)], 2, 4, timeout_s=0)

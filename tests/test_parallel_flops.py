@@ -9,7 +9,7 @@ import pytest
 
 from scalelib import hardware, model
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, flops, pricing
+from scalelib.parallel import thresholds, flops, pricing
 from scalelib.parallel.cases import FLOPS_CFG
 from scalelib.parallel.expert import ExpertParallel, capacity
 from scalelib.parallel.layer import LayerModel
@@ -40,7 +40,7 @@ def test_cost_model_compute_is_the_executed_mlp_up_to_each_schemes_extra():
     priced = cost_model_flops(Layout("pipeline", stages=4, microbatches=8), cfg, 16, SEQ)
     assert pp.executed.matmuls.mlp_flops == pytest.approx(4 / 3 * priced, rel=1e-12)
     assert isinstance(pp, flops.PipelineFlops)
-    assert pp.idle_ticks / pp.n_ticks == pytest.approx(cost.pipeline_bubble_fraction(4, 8), rel=1e-12)
+    assert pp.idle_ticks / pp.n_ticks == pytest.approx(thresholds.pipeline_bubble_fraction(4, 8), rel=1e-12)
     n = 16 // 4 * SEQ
     slots = MOE_CFG.n_experts * capacity(n, MOE_CFG.n_experts, MOE_CFG.experts_per_token, 1.5)
     ep = ExpertParallel(1.5).step_flops(MOE_CFG, {"expert": 4}, 16, SEQ)  # no shared experts: the cost model has none

@@ -17,5 +17,5 @@ def test_hierarchical_reduction_beats_flat_dcn():
 
 
 def test_reduction_time_rejects_bad_sizes():
-    with pytest.raises(ValueError, match="n_slices >= 1"):
+    with pytest.raises(ValueError, match="n_slices must be a positive int, got 0"):
         multislice.reduction_time(1e9, 0, 8, hardware.TPU_V5P)

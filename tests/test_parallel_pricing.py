@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from scalelib import hardware as hw
 from scalelib import transformer as tf
-from scalelib.parallel import cost, pricing
+from scalelib.parallel import thresholds, pricing
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
 
@@ -23,7 +23,7 @@ pow2 = st.integers(min_value=0, max_value=6).map(lambda k: 2**k)
 def test_dp_fsdp_compute_bound_iff_batch_per_chip_above_threshold(per_chip, axes, scheme):
     layout = Layout(scheme, data_axes=axes)
     lc = pricing.layer_cost(layout, LAYER, V5P, per_chip * layout.chips)
-    threshold = cost.dp_critical_batch_per_chip_tokens(V5P, len(axes))
+    threshold = thresholds.dp_critical_batch_per_chip_tokens(V5P, len(axes))
     if not math.isclose(per_chip, threshold, rel_tol=1e-9):
         assert lc.compute_bound == (per_chip > threshold)
     assert lc.batch_per_chip_tokens == pytest.approx(per_chip)
@@ -33,7 +33,7 @@ def test_dp_fsdp_compute_bound_iff_batch_per_chip_above_threshold(per_chip, axes
 @given(st.integers(min_value=1, max_value=64), st.floats(min_value=1e3, max_value=1e7))
 def test_tensor_compute_bound_iff_ways_below_f_over_alpha(ways, batch):
     lc = pricing.layer_cost(Layout("tensor", model_axes=(ways,)), LAYER, V5P, batch)
-    limit = cost.tp_max_ways(LAYER.d_ff, V5P)
+    limit = thresholds.tp_max_ways(LAYER.d_ff, V5P)
     if not math.isclose(ways, limit, rel_tol=1e-9):
         assert lc.compute_bound == (ways < limit)  # independent of the batch
 
@@ -43,7 +43,7 @@ def test_tensor_compute_bound_iff_ways_below_f_over_alpha(ways, batch):
 def test_mixed_compute_bound_inside_the_quadratic_roots(batch, x, y):
     layout = Layout("fsdp_tp", data_axes=(x, 2), model_axes=(y,))
     lc = pricing.layer_cost(layout, LAYER, V5P, batch)
-    rng = cost.mixed_fsdp_ways_range(batch, LAYER.d_ff, layout.chips, V5P, 2, 1)
+    rng = thresholds.mixed_fsdp_ways_range(batch, LAYER.d_ff, layout.chips, V5P, 2, 1)
     inside = rng is not None and rng[0] < 2 * x < rng[1]
     near = rng is not None and any(math.isclose(2 * x, r, rel_tol=1e-6) for r in rng)
     if not near:

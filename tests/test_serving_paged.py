@@ -4,7 +4,7 @@ Correctness: one step holding a prompt chunk after cached tokens, a decode token
 prompt, in scrambled blocks, gives the logits ``model.forward`` gives on each whole sequence
 (rtol = atol = 1e-5 in float32, as tests/test_inference_decode.py), and padding writes nothing.
 
-Memory: the pool's bytes per block are ``inference.memory.kv_bytes_per_token`` x block size.
+Memory: the pool's bytes per block are ``inference.replica_memory.kv_bytes_per_token`` x block size.
 
 Cost: a decode-only step (B tokens over S cached slots) compiled for the test config of
 tests/test_inference_decode.py, against ``compiled.cost_analysis()``:
@@ -25,7 +25,7 @@ import pytest
 from scalelib import model
 from scalelib import transformer as tf
 from scalelib.inference import decode
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import step_time as stt
 from scalelib.serving import paged
 from tests.serving_common import CFG, fast_compiles, no_block_leaks, params  # noqa: F401
@@ -85,7 +85,7 @@ def test_a_mixed_step_through_scrambled_blocks_equals_the_whole_sequence_forward
 @pytest.mark.parametrize("dtype, name", [(jnp.float32, "fp32"), (jnp.bfloat16, "bf16")])
 def test_pool_bytes_per_block_are_the_chapters_kv_bytes_per_token(dtype, name):
     pool = paged.init_pool(CFG, 3, 8, dtype)
-    assert pool.bytes_per_block == mem.kv_bytes_per_token(CFG, name) * 8
+    assert pool.bytes_per_block == replica_memory.kv_bytes_per_token(CFG, name) * 8
     assert pool.nbytes == 3 * pool.bytes_per_block
 
 
@@ -112,7 +112,7 @@ def test_decode_step_bytes_match_the_chapters_model_plus_named_terms(decode_cost
     cost, pool_bytes = decode_cost
     pred = stt.decode_step_cost(COST_CFG, COST_B, COST_S, 4)
     unread_table = (tf.param_counts(COST_CFG).embedding - COST_B * COST_CFG.d_model) * 4
-    gathered = mem.kv_bytes(mem.kv_bytes_per_token(COST_CFG, 4), COST_S, COST_B)  # every token's context, once
+    gathered = replica_memory.kv_bytes(replica_memory.kv_bytes_per_token(COST_CFG, 4), COST_S, COST_B)  # every token's context, once
     adjusted = pred.bytes + unread_table + 3 * pool_bytes + gathered
     xla = cost["bytes accessed"]
     assert adjusted <= xla <= (1 + BYTES_SLACK) * adjusted, (xla, adjusted, xla / adjusted)

@@ -1,6 +1,6 @@
 """scalelib.serving.prefix_cache: chained hashes, longest-prefix lookup, LRU eviction, statistics."""
 
-from scalelib.serving.blocks import BlockPool
+from scalelib.serving.block_pool import BlockPool
 from scalelib.serving.prefix_cache import PrefixCache, block_hashes
 from tests.serving_common import no_block_leaks  # noqa: F401
 

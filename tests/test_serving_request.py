@@ -35,9 +35,9 @@ def test_bad_sampling_options_are_named(kwargs, message):
     (([], 3), "prompt must be a non-empty sequence of token ids"),
     (([1, -2], 3), "prompt must be a non-empty sequence of token ids"),
     (([1, 2.0], 3), "prompt must be a non-empty sequence"),
-    (([1], 0), "max_tokens must be an int >= 1"),
-    (([1], -4), "max_tokens must be an int >= 1"),
-    (([1], 2.5), "max_tokens must be an int >= 1"),
+    (([1], 0), r"max_tokens \(the most new tokens to generate\) must be a positive int"),
+    (([1], -4), r"max_tokens \(the most new tokens to generate\) must be a positive int"),
+    (([1], 2.5), r"max_tokens \(the most new tokens to generate\) must be a positive int"),
 ])
 def test_bad_requests_are_named(args, message):
     with pytest.raises(ValueError, match=message):

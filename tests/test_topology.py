@@ -106,7 +106,7 @@ def test_gpu_node_and_cluster():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: Slice(hw.TPU_V5E, (0, 4)), "positive ints"),
+    (lambda: Slice(hw.TPU_V5E, (0, 4)), r"slice shape \(0, 4\): axis 0 must be a positive int, got 0"),
     (lambda: Slice(hw.TPU_V5E, (32, 16)), "does not fit"),
     (lambda: Slice(hw.TPU_V5E, (2, 2, 2)), "at most 2 axes"),
     (lambda: Slice(hw.H100, (8,)), "GPU"),

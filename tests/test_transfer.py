@@ -134,3 +134,17 @@ def test_withhold_in_a_notebook_takes_only_members_of_library_classes():
     for bad in (hw.get_chip, len, "Chip.pod_hosts"):
         with pytest.raises(TypeError, match="methods and properties of scalelib classes"):
             ex.withhold(bad)
+
+
+def test_the_argument_checks_are_in_every_surface_so_checked_classes_travel():
+    """A TransformerConfig checks its counts with validate.positive_int when it is built: it travels to a kernel
+    whose exercise declares nothing, since every surface holds scalelib.validate (which computes no answer)."""
+    from scalelib import transformer as tf
+
+    cfg = tf.preset("llama3-8b")
+    with pytest.raises(transfer.Unshippable, match=r"scalelib.validate.positive_int.*ex.allow"):
+        transfer.dumps(cfg, transfer.never, transfer.Shipper(transfer.never))
+    nothing = surface.closure(())
+    assert nothing.whole == {"scalelib.validate"} and nothing.partial == ()
+    data = transfer.dumps(cfg, nothing.allows, transfer.Shipper(nothing.allows))
+    assert b"make_object" in data and not library_refs(data)

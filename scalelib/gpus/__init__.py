@@ -2,7 +2,7 @@
 
 One module per idea, each building on the one before it:
 
-* :mod:`~scalelib.gpus.specs`: what is inside one chip (SMs, CUDA cores, Tensor Cores, registers,
+* :mod:`~scalelib.gpus.gpu_specs`: what is inside one chip (SMs, CUDA cores, Tensor Cores, registers,
   SMEM, L2, HBM, FLOPs/s by precision) for V100 to B200, and the NVLink generations;
 * :mod:`~scalelib.gpus.fabric`: a node (NVLink and NVSwitches) and the scale-out fat tree of a DGX
   SuperPod (scalable units, leaf and spine switches), with each level's bandwidth;

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scalelib.gpus import specs
-from scalelib.validate import positive
+from scalelib.gpus import gpu_specs
+from scalelib.validate import positive, positive_int
 
 NDR_LINK_BYTES_PER_S = 400e9 / 8  # one NDR InfiniBand port or cable: 400 Gb/s each way
 NDR_SWITCH_PORTS = 64
@@ -25,7 +25,7 @@ NDR_SWITCH_PORTS = 64
 class Node:
     """One NVLink domain: ``gpus`` GPUs, each joined to every NVSwitch, and one scale-out NIC per GPU."""
 
-    gpu: specs.GpuSpec
+    gpu: gpu_specs.GpuSpec
     gpus: int
     nvswitches: int
     nvswitch_ports: int
@@ -36,9 +36,7 @@ class Node:
         if self.gpu.nvlink is None:
             raise ValueError(f"{self.gpu.name} has no NVLink generation in the book's table")
         for name in ("gpus", "nvswitches", "nvswitch_ports", "nics"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"Node.{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, positive_int(f"Node.{name}", getattr(self, name)))
         positive("nic_bytes_per_s", self.nic_bytes_per_s)
 
     @property
@@ -46,7 +44,7 @@ class Node:
         return self._nvlink.link_bytes_per_s
 
     @property
-    def _nvlink(self) -> specs.NvlinkGeneration:
+    def _nvlink(self) -> gpu_specs.NvlinkGeneration:
         assert self.gpu.nvlink is not None
         return self.gpu.nvlink
 
@@ -90,10 +88,10 @@ class Node:
 
 # NVSwitch port counts: 64 for the Hopper generation (the book); 72 for NVLink 5 switch chips, the count that
 # lets 2 of them serve 8 GPUs x 18 links (DGX B200) and 18 of them 72 GPUs x 18 links (NVL72).
-H100_NODE = Node(specs.H100, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
-H200_NODE = Node(specs.H200, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
-B200_NODE = Node(specs.B200, gpus=8, nvswitches=2, nvswitch_ports=72, nics=8)
-GB200_NVL72 = Node(specs.GB200, gpus=72, nvswitches=18, nvswitch_ports=72, nics=72)
+H100_NODE = Node(gpu_specs.H100, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
+H200_NODE = Node(gpu_specs.H200, gpus=8, nvswitches=4, nvswitch_ports=64, nics=8)
+B200_NODE = Node(gpu_specs.B200, gpus=8, nvswitches=2, nvswitch_ports=72, nics=8)
+GB200_NVL72 = Node(gpu_specs.GB200, gpus=72, nvswitches=18, nvswitch_ports=72, nics=72)
 
 
 @dataclass(frozen=True)
@@ -134,9 +132,7 @@ class SuperPod:
 
     def __post_init__(self) -> None:
         for name in ("nodes_per_su", "sus", "leaves_per_su", "spines", "cables_per_leaf_spine", "ib_switch_ports"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-                raise ValueError(f"SuperPod.{name} must be a positive int, got {value!r}")
+            object.__setattr__(self, name, positive_int(f"SuperPod.{name}", getattr(self, name)))
         positive("ib_link_bytes_per_s", self.ib_link_bytes_per_s)
 
     # ---- counts ----

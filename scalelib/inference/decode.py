@@ -26,6 +26,7 @@ import numpy as np
 
 from scalelib import model
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -44,8 +45,7 @@ class KVCache(NamedTuple):
 
 def init_cache(cfg: TransformerConfig, batch: int, max_len: int, dtype: Any = jnp.float32) -> KVCache:
     """An empty cache for ``batch`` sequences of up to ``max_len`` tokens."""
-    if not (isinstance(batch, int) and batch >= 1 and isinstance(max_len, int) and max_len >= 1):
-        raise ValueError(f"batch and max_len must be positive ints, got {batch!r} and {max_len!r}")
+    batch, max_len = positive_int("batch", batch), positive_int("max_len", max_len)
     shape = (batch, cfg.n_kv_heads, max_len, cfg.head_dim)
     k = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers))
     v = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers))  # separate buffers: each can be donated
@@ -171,8 +171,7 @@ def generate(params: model.Params, prompt: jax.Array, cfg: TransformerConfig, st
     tokens[:, i] was taken from (its argmax). Generation runs under ``lax.scan``, one step a
     token; the cache needs T0 + steps positions.
     """
-    if not (isinstance(steps, int) and steps >= 1):
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    steps = positive_int("steps", steps)
     max_len = prompt.shape[1] + steps if max_len is None else max_len
     if max_len < prompt.shape[1] + steps:
         raise ValueError(f"max_len={max_len} cannot hold the {prompt.shape[1]}-token prompt plus {steps} new "

@@ -23,7 +23,7 @@ from typing import Sequence
 from scalelib import collectives as cc
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype
-from scalelib.validate import positive
+from scalelib.validate import positive, positive_int
 from scalelib.topology import RingAxis, ring_axis
 
 
@@ -39,9 +39,7 @@ def max_generate_model_ways(d_ff: float, batch: float, beta: float) -> float:
 
 def weight_bytes_per_chip(weight_bytes: float, ways: int) -> float:
     """Each of ``ways`` chips holds an equal share of the weights."""
-    if not (isinstance(ways, int) and ways >= 1):
-        raise ValueError(f"ways must be a positive int, got {ways!r}")
-    return weight_bytes / ways
+    return weight_bytes / positive_int("ways", ways)
 
 
 @dataclass(frozen=True)
@@ -66,8 +64,7 @@ class GenerateMatmulTime:
 def generate_matmul_time(batch: int, d_model: int, d_ff: int, ways: int, chip: Chip, *, weight_bytes: float = 2,
                          act_bytes: float = 2, compute: Dtype = "bf16") -> GenerateMatmulTime:
     """T_ici, T_hbm and T_math of one MLP matmul sharded ``ways`` ways over F (section 8.1.1)."""
-    if not (isinstance(ways, int) and ways >= 1):
-        raise ValueError(f"ways must be a positive int, got {ways!r}")
+    ways = positive_int("ways", ways)
     gather = cc.all_gather(rl.array_bytes((batch, d_model), act_bytes), ring_axis(chip, ways))
     ici_s = gather.bandwidth_s if ways > 1 else 0.0
     weights = rl.array_bytes((d_model, d_ff), weight_bytes) / ways
@@ -128,9 +125,7 @@ def two_d_ws_comms_s(batch: int, d_model: int, d_ff: int, x_axis: RingAxis, yz_a
 
 def one_d_ws_comms_coefficient(n_axes: int = 3) -> float:
     """T_1D in units of B D / W: 2 x 2 B D bytes shared by ``n_axes`` axes (4/3 on a 3D torus)."""
-    if not (isinstance(n_axes, int) and n_axes >= 1):
-        raise ValueError(f"n_axes must be a positive int, got {n_axes!r}")
-    return 4 / n_axes
+    return 4 / positive_int("n_axes", n_axes)
 
 
 def two_d_ws_optimal_x(chips: float, f_over_d: float) -> float:

@@ -2,7 +2,7 @@
 
 Book: section 8.3, Exercise 8.3 (serve a model on TPU v5e with a firm limit on the time per token:
 which configuration gives the most throughput?). Added for chapter 8's planning exercise; it only
-combines ``memory`` and ``step_time``.
+combines ``replica_memory`` and ``step_time``.
 
 Candidates are one replica per power-of-two slice of 1 .. ``max_chips`` chips (the book's rounding
 rule), everything fully sharded. On a slice the generate step grows with the batch while the
@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass
 
 from scalelib.hardware import Chip, Dtype
-from scalelib.inference.memory import Replica, free_hbm_bytes, max_batch
+from scalelib.inference.replica_memory import Replica, free_hbm_bytes, max_batch
 from scalelib.inference.step_time import DecodeStepTime, decode_step_time
+from scalelib.validate import positive_int
 
 
 @dataclass(frozen=True)
@@ -45,8 +46,7 @@ def best_serving_plan(chip: Chip, *, n_params: float, weight_bytes: float, kv_by
     the largest whose caches fit and whose ``decode_step_time`` is within the limit. Returns
     ``None`` when no slice can run even one sequence in time.
     """
-    if not (isinstance(max_chips, int) and max_chips >= 1):
-        raise ValueError(f"max_chips must be a positive int, got {max_chips!r}")
+    max_chips = positive_int("max_chips", max_chips)
     if not (max_step_s > 0 and math.isfinite(max_step_s)):
         raise ValueError(f"max_step_s must be a positive finite number, got {max_step_s!r}")
     if not (kv_bytes_per_seq > 0 and math.isfinite(kv_bytes_per_seq)):

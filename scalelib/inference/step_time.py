@@ -27,8 +27,9 @@ from scalelib import roofline as rl
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
 from scalelib.hardware import Chip, Dtype
-from scalelib.inference.memory import Replica, dtype_bytes, kv_bytes_per_token
+from scalelib.inference.replica_memory import Replica, dtype_bytes, kv_bytes_per_token
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 def _check_batch(batch: float) -> float:
@@ -146,7 +147,8 @@ def moe_critical_batch(dense_critical_batch: float, n_experts: int, experts_per_
     Every expert's weights are loaded but a token uses only k of the E, so the dense figure
     grows by E / k.
     """
-    if not (isinstance(n_experts, int) and isinstance(experts_per_token, int) and 1 <= experts_per_token <= n_experts):
+    positive_int("n_experts", n_experts)
+    if not positive_int("experts_per_token", experts_per_token) <= n_experts:
         raise ValueError(f"need ints 1 <= experts_per_token <= n_experts, got k={experts_per_token!r}, E={n_experts!r}")
     return dense_critical_batch * n_experts / experts_per_token
 
@@ -188,8 +190,8 @@ def decode_step_cost(cfg: TransformerConfig, batch: int, cache_len: int, value_b
     are read (unless tied, when the unembedding reads it all), plus the whole cache read once
     and the new keys and values written. Activations ([batch, D]-sized) are left out.
     """
-    if not (isinstance(batch, int) and batch >= 1 and isinstance(cache_len, int) and cache_len >= 1):
-        raise ValueError(f"batch and cache_len must be positive ints, got {batch!r} and {cache_len!r}")
+    positive_int("batch", batch)
+    positive_int("cache_len", cache_len)
     counts = tf.param_counts(cfg)
     embed_read = counts.embedding if cfg.tied_embeddings else batch * cfg.d_model
     weights = (counts.total - counts.embedding + embed_read) * value_bytes

@@ -39,6 +39,7 @@ from scalelib import collectives, compat, ring_collectives
 from scalelib.ring_collectives import ring, send
 from scalelib.hardware import Chip, Dtype
 from scalelib.sharding import Sharding
+from scalelib.validate import positive_int
 
 Kind = Literal["all_gather", "reduce_scatter", "all_reduce"]
 KINDS: tuple[str, ...] = collectives.OPS[:3]  # the collective each kind hides: all but AllToAll
@@ -138,7 +139,8 @@ def matmul_all_reduce(a_block: jax.Array, w_block: jax.Array, axis_name: str, bi
     """Per device: a_block [B/X, D/N], w_block [D/N, F] -> [B/X, F] = AllReduce_N(A . W), tiled over F."""
     n, _ = ring(axis_name)
     f = w_block.shape[1]
-    if not (isinstance(num_tiles, int) and num_tiles >= 1) or f % (num_tiles * n):
+    num_tiles = positive_int("num_tiles", num_tiles)
+    if f % (num_tiles * n):
         raise ValueError(f"F ({f}) is cut into num_tiles={num_tiles!r} tiles of {n} blocks (one per device "
                          f"of {axis_name!r}); pick num_tiles >= 1 with num_tiles x {n} dividing {f}")
     width = f // num_tiles
@@ -305,8 +307,7 @@ def collective_matmul_cost(kind: Kind, batch: int, k: int, n_out: int, axis_size
     _check_kind(kind)
     for name, v in (("batch", batch), ("k", k), ("n_out", n_out), ("axis_size", axis_size),
                     ("batch_shards", batch_shards)):
-        if not (isinstance(v, int) and v >= 1):
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        positive_int(name, v)
     b = batch / batch_shards
     chunk_flops = 2 * b * (k / axis_size) * (n_out / axis_size)
     block_elems = b * (k if kind == "all_gather" else n_out) / axis_size

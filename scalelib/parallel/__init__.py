@@ -4,7 +4,7 @@ Every scheme is a frozen dataclass implementing ``scheme.Scheme``: how it shards
 optimizer state and tokens (rules over the model's logical axes, ``specs``), its ``shard_map``
 step with the collectives written out, its predicted collectives, memory and FLOPs (each held
 against the compiled program by tests/test_parallel_schemes.py), its single-device reference,
-and its terms in the book's per-layer cost model, which ``pricing``, ``memory`` and ``planner`` reach
+and its terms in the book's per-layer cost model, which ``pricing``, ``chip_memory`` and ``planner`` reach
 through the registry by the scheme's name::
 
     from scalelib import compat, parallel, train
@@ -16,12 +16,12 @@ through the registry by the scheme's name::
 
 Adding a scheme is one file and one line: write ``parallel/<name>.py`` with a ``Scheme`` subclass
 decorated ``@registry.register`` (shared pieces live in ``common``, ``specs``, ``blocks``, ``layer``,
-``context`` and ``cost``; never another scheme's module), then import it in the line below. The order
+``context`` and ``thresholds``; never another scheme's module), then import it in the line below. The order
 of that line is the order the planner lists schemes in.
 
 Imports point one way (tests/test_import_graph.py): below the scheme modules sit ``layout``,
-``layer``, ``context`` (what the planner asks a scheme), ``cost`` (the book's closed forms), ``scheme``
-(the interface) and ``registry`` (where they register); above them ``pricing`` and ``memory`` (which ask
+``layer``, ``context`` (what the planner asks a scheme), ``thresholds`` (the book's closed forms), ``scheme``
+(the interface) and ``registry`` (where they register); above them ``pricing`` and ``chip_memory`` (which ask
 each scheme through the registry), then ``planner``.
 """
 

@@ -5,7 +5,7 @@ split, and with Appendix C the range of degrees that stay compute-bound) and sec
 rounds X ~ 1927 on 8960 chips to the 2048 x 4 power-of-two split).
 
 ``PlanContext`` is what ``Scheme.candidate_layouts``, ``sweep_layout`` and ``plan_notes`` read. It
-lives below the schemes (it imports only the closed forms of ``cost`` and the ``layer``), so a
+lives below the schemes (it imports only the closed forms of ``thresholds`` and the ``layer``), so a
 scheme module imports it without reaching the planner, which sits above every scheme.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelib.hardware import Chip
-from scalelib.parallel import cost
+from scalelib.parallel import thresholds
 from scalelib.parallel.layer import LayerModel
 
 
@@ -67,13 +67,13 @@ class PlanContext:
         FSDP that stays compute-bound (the larger root of Appendix C), else the optimal degree, rounded
         to powers of two."""
         d_ff = self.layer.effective_d_ff
-        rng = cost.mixed_fsdp_ways_range(batch_tokens, d_ff, self.chips, self.chip, self.m_x, 1)
-        target = rng[1] if rng else cost.optimal_fsdp_ways(batch_tokens, d_ff, self.chips, self.m_x, 1)
-        x, y = cost.power_of_two_split(self.chips, min(max(1.0, target), self.chips))
+        rng = thresholds.mixed_fsdp_ways_range(batch_tokens, d_ff, self.chips, self.chip, self.m_x, 1)
+        target = rng[1] if rng else thresholds.optimal_fsdp_ways(batch_tokens, d_ff, self.chips, self.m_x, 1)
+        x, y = thresholds.power_of_two_split(self.chips, min(max(1.0, target), self.chips))
         return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}
 
     def optimal_axes(self, batch_tokens: float) -> dict[str, Any]:
         """The power-of-two FSDP x TP split nearest section 5.1.4's optimal FSDP degree."""
-        target = cost.optimal_fsdp_ways(batch_tokens, self.layer.effective_d_ff, self.chips, self.m_x)
-        x, y = cost.power_of_two_split(self.chips, min(self.chips, max(1.0, target)))
+        target = thresholds.optimal_fsdp_ways(batch_tokens, self.layer.effective_d_ff, self.chips, self.m_x)
+        x, y = thresholds.power_of_two_split(self.chips, min(self.chips, max(1.0, target)))
         return {"data_axes": split_axes(x, self.m_x), "model_axes": (y,)}

@@ -33,6 +33,7 @@ from scalelib.parallel.context import PlanContext
 from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.transformer import REMAT_POLICIES, RematPolicy, TransformerConfig
+from scalelib.validate import positive_int
 
 
 @register
@@ -50,8 +51,7 @@ class DataParallel(Scheme):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "axes", as_axes(self.axes))
-        if not (isinstance(self.microbatches, int) and self.microbatches >= 1):
-            raise ValueError(f"microbatches must be a positive int, got {self.microbatches!r}")
+        object.__setattr__(self, "microbatches", positive_int("microbatches", self.microbatches))
         if self.remat not in REMAT_POLICIES:
             raise ValueError(f"remat must be one of {REMAT_POLICIES}, got {self.remat!r}")
 

@@ -20,6 +20,7 @@ from scalelib.hardware import Chip
 from scalelib.parallel.layout import Layout
 from scalelib.topology import RingAxis, ring_axis
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,7 @@ class LayerModel:
 
     def __post_init__(self) -> None:
         for name in ("d_model", "d_ff", "n_matrices", "n_layers"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.n_experts and not 1 <= self.experts_per_token <= self.n_experts:
             raise ValueError(f"experts_per_token must be in [1, {self.n_experts}], got {self.experts_per_token}")
 

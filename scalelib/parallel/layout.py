@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scalelib.validate import positive_int
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -33,13 +35,11 @@ class Layout:
                              f"got {self.scheme!r}")
         for name in ("data_axes", "model_axes", "expert_axes"):
             axes = tuple(getattr(self, name))
-            if not axes or any(not isinstance(n, int) or n < 1 for n in axes):
+            if not axes:
                 raise ValueError(f"{name} must be a non-empty tuple of positive ints, got {axes!r}")
-            object.__setattr__(self, name, axes)
+            object.__setattr__(self, name, tuple(positive_int(f"{name}[{i}]", n) for i, n in enumerate(axes)))
         for name in ("stages", "microbatches", "slices"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
 
     @property
     def data_ways(self) -> int:

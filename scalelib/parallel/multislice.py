@@ -28,7 +28,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import collectives, compat, hardware, model
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, specs
+from scalelib.parallel import thresholds, specs
 from scalelib.parallel.common import MeshShape, check_batch, is_spec, local_grads, n_elements, \
     nbytes
 from scalelib.parallel.flops import StepFlops, adam_flops
@@ -39,6 +39,7 @@ from scalelib.parallel.registry import register
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.topology import RingAxis
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import non_negative, positive_int
 
 AXES = ("slice", "data")
 
@@ -138,7 +139,7 @@ class Multislice(Scheme):
         if ctx.slices == 1:
             return ()
         per_slice = ctx.global_batch_tokens / ctx.slices
-        threshold = cost.dp_critical_batch_per_chip_tokens(ctx.chip, ctx.n_axes)
+        threshold = thresholds.dp_critical_batch_per_chip_tokens(ctx.chip, ctx.n_axes)
         inner = ctx.mixed_axes(per_slice) if per_slice / ctx.chips < threshold else {"data_axes": ctx.axes}
         return (Layout(cls.name, slices=ctx.slices, **inner),)
 
@@ -168,9 +169,9 @@ def dcn_all_reduce_s(array_bytes: float, n_slices: int, chip: hardware.Chip) -> 
 
 def reduction_time(grad_bytes: float, n_slices: int, slice_chips: int, chip: hardware.Chip) -> ReductionTime:
     """Price the hierarchical reduction of ``grad_bytes`` (one copy of all gradients) on ``chip``."""
-    if n_slices < 1 or slice_chips < 1 or grad_bytes < 0:
-        raise ValueError(f"need n_slices >= 1, slice_chips >= 1, grad_bytes >= 0; got {n_slices}, {slice_chips}, "
-                         f"{grad_bytes}")
+    positive_int("n_slices", n_slices)
+    positive_int("slice_chips", slice_chips)
+    non_negative("grad_bytes", grad_bytes)
     ring = RingAxis(size=slice_chips, wraparound=chip.torus, one_way_bytes_per_s=chip.ici_one_way_bytes_per_s,
                     bidi_bytes_per_s=chip.ici_bidi_bytes_per_s if chip.torus else chip.ici_one_way_bytes_per_s,
                     hop_latency_s=chip.ici_hop_latency_s)

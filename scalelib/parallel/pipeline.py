@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import model
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, specs
+from scalelib.parallel import thresholds, specs
 from scalelib.parallel.common import MeshShape, is_spec, nbytes
 from scalelib.parallel.flops import PipelineFlops, adam_flops
 from scalelib.parallel.layer import LayerModel, LayerTerms
@@ -37,6 +37,7 @@ from scalelib.parallel.schedule import KINDS, Kind, schedule
 from scalelib.parallel.scheme import Collective, LocalFn, Scheme
 from scalelib.roofline import comms_time_s
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 @register
@@ -55,8 +56,7 @@ class Pipeline(Scheme):
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be 'gpipe' or '1f1b', got {self.kind!r}")
-        if not (isinstance(self.microbatches, int) and self.microbatches >= 1):
-            raise ValueError(f"microbatches must be a positive int, got {self.microbatches!r}")
+        object.__setattr__(self, "microbatches", positive_int("microbatches", self.microbatches))
 
     @property
     def mesh_axes(self) -> tuple[str, ...]:
@@ -186,7 +186,7 @@ class Pipeline(Scheme):
 
     @classmethod
     def bubble_fraction(cls, layout: Layout) -> float:
-        return cost.pipeline_bubble_fraction(layout.stages, layout.microbatches)
+        return thresholds.pipeline_bubble_fraction(layout.stages, layout.microbatches)
 
     @classmethod
     def candidate_layouts(cls, ctx: PlanContext) -> tuple[Layout, ...]:
@@ -198,6 +198,6 @@ class Pipeline(Scheme):
     @classmethod
     def plan_notes(cls, layout: Layout, ctx: PlanContext) -> tuple[str, ...]:
         micro = ctx.global_batch_tokens / (layout.batch_ways * layout.microbatches)
-        if micro < cost.hbm_critical_batch_tokens(ctx.chip):
+        if micro < thresholds.hbm_critical_batch_tokens(ctx.chip):
             return (f"microbatches of {micro:.0f} tokens per chip are HBM-bandwidth-bound",)
         return ()

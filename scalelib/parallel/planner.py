@@ -31,14 +31,15 @@ from typing import Any
 
 from scalelib import transformer as tf
 from scalelib.hardware import Chip, Dtype
-from scalelib.parallel import cost, pricing, registry
+from scalelib.parallel import thresholds, pricing, registry
 from scalelib.parallel.context import PlanContext, split_axes
 from scalelib.parallel.layer import LayerModel
 from scalelib.parallel.layout import Layout
-from scalelib.parallel.memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
+from scalelib.parallel.chip_memory import BOOK_ADAM, ChipMemory, StateBytes, memory_per_chip, min_chips_for_memory, \
     training_memory
 from scalelib.topology import Slice
 from scalelib.transformer_flops import six_n_train_flops
+from scalelib.validate import positive_int
 
 SECONDS_PER_DAY = 86_400.0
 _PASS_SHARE = (1 / 3, 2 / 3)  # forward, backward share of a step's FLOPs (2 + 4 per param-token)
@@ -168,8 +169,7 @@ def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
     if isinstance(where, Slice):
         axes = tuple(n for n in where.shape if n > 1) or (1,)
         return where.num_chips, axes
-    if not (isinstance(where, int) and where >= 1):
-        raise ValueError(f"give a topology.Slice or a positive chip count, got {where!r}")
+    where = positive_int("where (a chip count; or give a topology.Slice)", where)
     n_axes = len(chip.pod_shape) if chip.torus else 1
     return where, split_axes(where, n_axes)
 
@@ -189,8 +189,7 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
     ``slices`` of them over DCN; ``n_params`` overrides the exact count (the book uses 70e9)."""
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
-    if not (isinstance(slices, int) and slices >= 1):
-        raise ValueError(f"slices must be a positive int, got {slices!r}")
+    positive_int("slices", slices)
     chips, axes = _slice_axes(chip, where)
     counts = tf.param_counts(cfg)
     n = counts.total if n_params is None else n_params
@@ -228,8 +227,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
         cfg.name, chip, chips * slices, global_batch_tokens, seq_len, mfu,
         training_flops(active, train_tokens) if train_tokens else None,
         min_chips_for_memory(training_memory(cfg, global_batch_tokens, seq_len, remat, state, n), chip),
-        cost.dp_critical_batch_per_chip_tokens(chip, n_axes),
-        cost.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
+        thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes),
+        thresholds.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
         tuple(plans))
 
 

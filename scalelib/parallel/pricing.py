@@ -16,7 +16,7 @@ Each pass (forward, backward) overlaps its own communication with its own FLOPs;
 costs the sum over passes of max(compute, comms), and a layout is compute-bound when every
 pass is. That is the book's criterion (it compares the pass with the most comms per FLOP).
 ``scalelib.parallel.flops`` counts what the executed steps compute, for comparison with XLA;
-``scalelib.parallel.cost`` holds the closed-form thresholds these times cross.
+``scalelib.parallel.thresholds`` holds the closed-form thresholds these times cross.
 
 This module sits above the schemes: it asks them through the registry, and no scheme imports it.
 """

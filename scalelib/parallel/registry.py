@@ -1,7 +1,7 @@
 """The registry of training-parallelism schemes: name -> ``Scheme`` class, in the planner's order.
 
 A scheme module decorates its class with ``@register``; ``scalelib.parallel`` imports every scheme
-module once, which fills the registry before anything reads it. ``cost``, ``memory``, ``planner``
+module once, which fills the registry before anything reads it. ``pricing``, ``chip_memory``, ``planner``
 and the tests find a scheme here by the name a ``Layout`` carries, never by comparing strings.
 This module imports no scheme, so every module of the package may import it.
 """

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from scalelib.validate import positive_int
+
 Kind = Literal["gpipe", "1f1b"]
 KINDS: tuple[str, ...] = ("gpipe", "1f1b")
 
@@ -72,8 +74,8 @@ def schedule(kind: Kind, n_stages: int, n_microbatches: int) -> Schedule:
     dependencies allow (F(s, i) after F(s-1, i); B(s, i) after F(s, i) and B(s+1, i))."""
     if kind not in KINDS:
         raise ValueError(f"kind must be 'gpipe' or '1f1b', got {kind!r}")
-    if n_stages < 1 or n_microbatches < 1:
-        raise ValueError(f"need n_stages >= 1 and n_microbatches >= 1, got {n_stages}, {n_microbatches}")
+    positive_int("n_stages", n_stages)
+    positive_int("n_microbatches", n_microbatches)
     s_, m = n_stages, n_microbatches
     orders = [_stage_order(kind, s, s_, m) for s in range(s_)]
     done: dict[tuple[str, int, int], int] = {}  # (op, stage, mb) -> tick

@@ -17,7 +17,8 @@
 """
 
 from scalelib.profiling.estimate import EinsumEstimate, sharded_einsum_time
-from scalelib.profiling.layout import MEMORY_SPACES, Layout, padded_shape, padding_ratio, parse_layout, tiled_offsets
+from scalelib.profiling.tiled_layout import (MEMORY_SPACES, Layout, padded_shape, padding_ratio, parse_layout,
+                                             tiled_offsets)
 from scalelib.profiling.programs import (HloOp, ProgramSummary, Timing, hlo_ops, jaxpr_primitive_counts,
                                          program_summary, time_jitted)
 

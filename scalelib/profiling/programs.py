@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from scalelib import hlo
 from scalelib.hlo_text import array_bytes, called_computations, computation_flops, dot_flops, parse_module
+from scalelib.validate import positive_int
 
 # ------------------------------------------------------------------ timing a jitted function
 
@@ -45,9 +46,8 @@ def time_jitted(fn: Callable, *args: Any, runs: int = 5, warmup: int = 1) -> Tim
     """
     import jax
 
-    if not (isinstance(runs, int) and runs >= 1) or not (isinstance(warmup, int) and warmup >= 1):
-        raise ValueError(f"runs and warmup must be ints >= 1 (warmup compiles), got runs={runs!r}, "
-                         f"warmup={warmup!r}")
+    positive_int("runs", runs)
+    positive_int("warmup (untimed runs, the first of which compiles)", warmup)
     times = []
     for _ in range(warmup + runs):
         start = time.perf_counter()

@@ -6,7 +6,7 @@ idea, each readable in one sitting:
 
 * ``request``: a request and its sampling parameters, checked when made.
 * ``sampling``: greedy / temperature / top-k / top-p picks, keyed by seed and token position.
-* ``blocks``: the pool of KV blocks with reference counts.
+* ``block_pool``: the pool of KV blocks with reference counts.
 * ``prefix_cache``: chained block hashes, reuse of cached prefixes, LRU eviction, hit statistics.
 * ``paged``: the jitted model step that reads keys and values through block tables.
 * ``scheduler``: waiting and running queues, the token budget, chunked prefill, preemption.
@@ -14,16 +14,16 @@ idea, each readable in one sitting:
 * ``static``: static batching on the same step, the baseline continuous batching is measured against.
 * ``speculative``: draft-and-verify decoding that keeps the target's distribution exactly.
 * ``metrics`` and ``plots``: time to first token, time per output token, throughput, pictures.
-* ``cost``: chapter 7's step-time model on the measured machine, beside the engine's step times.
+* ``predicted_steps``: chapter 7's step-time model on the measured machine, beside the engine's step times.
 """
 
 from scalelib.serving import (
-                              blocks,
-                              cost,
+                              block_pool,
                               engine,
                               metrics,
                               paged,
                               plots,
+                              predicted_steps,
                               prefix_cache,
                               request,
                               sampling,
@@ -32,5 +32,5 @@ from scalelib.serving import (
                               static,
 )
 
-__all__ = ["blocks", "cost", "engine", "metrics", "paged", "plots", "prefix_cache", "request", "sampling",
-           "scheduler", "speculative", "static"]
+__all__ = ["block_pool", "engine", "metrics", "paged", "plots", "predicted_steps", "prefix_cache", "request",
+           "sampling", "scheduler", "speculative", "static"]

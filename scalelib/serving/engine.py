@@ -19,18 +19,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Sequence as Seq
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from scalelib import model
 from scalelib.serving import paged, sampling
-from scalelib.serving.blocks import BlockPool
+from scalelib.serving.block_pool import BlockPool
 from scalelib.serving.prefix_cache import PrefixCache
 from scalelib.serving.request import Request
-from scalelib.serving.scheduler import Scheduler, Sequence
+from scalelib.serving.scheduler import Scheduler, SequenceState
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,9 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_running", "token_budget", "max_context",
                      "min_token_bucket", "min_width_bucket", "min_rows_bucket"):
-            v = getattr(self, name)
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.max_chunk is not None and not (isinstance(self.max_chunk, int) and self.max_chunk >= 1):
-            raise ValueError(f"max_chunk must be None or a positive int, got {self.max_chunk!r}")
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        if self.max_chunk is not None:
+            object.__setattr__(self, "max_chunk", positive_int("max_chunk (or None for no limit)", self.max_chunk))
         if self.array_blocks is not None and not (isinstance(self.array_blocks, int)
                                                   and self.array_blocks >= self.num_blocks):
             raise ValueError(f"array_blocks must be None or an int >= num_blocks={self.num_blocks}, "
@@ -163,7 +162,7 @@ class Engine:
     def add(self, req: Request) -> int:
         """Queue ``req``; returns its id (ids count up in arrival order)."""
         self.check_request(req)
-        seq = Sequence(self._next_id, req, self.clock())
+        seq = SequenceState(self._next_id, req, self.clock())
         self._next_id += 1
         self.scheduler.add(seq)
         return seq.seq_id
@@ -177,7 +176,7 @@ class Engine:
         """Distinct step shapes run so far (each is compiled once per process)."""
         return len(self.step_shapes)
 
-    def _layout(self, entries: Seq[tuple[Sequence, int]]) -> tuple[paged.StepInput, list[Sequence]]:
+    def _layout(self, entries: Sequence[tuple[SequenceState, int]]) -> tuple[paged.StepInput, list[SequenceState]]:
         c, bs = self.config, self.config.block_size
         total = sum(n for _, n in entries)
         t = paged.bucket(total, c.min_token_bucket, c.max_token_bucket)
@@ -186,7 +185,7 @@ class Engine:
         tokens, positions = np.zeros(t, np.int32), np.zeros(t, np.int32)
         slots, rows = np.full(t, (c.array_blocks or c.num_blocks) * bs, np.int32), np.zeros(t, np.int32)
         tables, out = np.zeros((r, w), np.int32), np.zeros(r, np.int32)
-        sampled: list[Sequence] = []
+        sampled: list[SequenceState] = []
         at = 0
         for row, (s, n) in enumerate(entries):
             pos = np.arange(s.computed, s.computed + n)
@@ -231,7 +230,7 @@ class Engine:
         self.records.append(rec)
         return rec
 
-    def _append(self, s: Sequence, token: int, now: float) -> None:
+    def _append(self, s: SequenceState, token: int, now: float) -> None:
         s.tokens.append(token)
         if s.first_token_s is None:
             s.first_token_s = now
@@ -242,7 +241,7 @@ class Engine:
             self.finished[s.seq_id] = Result(s.seq_id, req.prompt, tuple(s.output), s.finish_reason, s.arrival_s,
                                              s.first_token_s, now, s.preemptions, s.cached_tokens)
 
-    def run(self, requests: Seq[Request], arrival_steps: Seq[int] | None = None,
+    def run(self, requests: Sequence[Request], arrival_steps: Sequence[int] | None = None,
             max_steps: int = 100_000) -> list[Result]:
         """Serve ``requests`` (request i joins before step ``arrival_steps[i]``, default 0) to the end."""
         arrival_steps = [0] * len(requests) if arrival_steps is None else list(arrival_steps)

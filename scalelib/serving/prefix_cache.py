@@ -2,7 +2,7 @@
 
 Book: section 7.4 (prefix caching: requests that start alike, such as a shared system prompt or
 the earlier turns of a chat, have identical keys and values for that start, so a server that
-keeps them computes only the rest; ``inference.serving.prefix_cache_compute_fraction`` prices it).
+keeps them computes only the rest; ``inference.serving_rates.prefix_cache_compute_fraction`` prices it).
 
 A full block is named by a hash chained over every token up to its end: block i's hash covers
 block i's tokens and block i-1's hash, so equal hashes mean equal whole prefixes (a block's keys
@@ -22,7 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scalelib.serving.blocks import BlockPool
+from scalelib.serving.block_pool import BlockPool
 
 
 def block_hashes(tokens: Sequence[int], block_size: int, start: int = 0, parent: bytes = b"") -> list[bytes]:

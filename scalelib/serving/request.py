@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from scalelib.validate import positive_int
+
 MAX_SEED = 2**31 - 1  # seeds travel to the step as int32
 
 
@@ -79,9 +81,7 @@ class Request:
             raise ValueError(f"prompt must be a non-empty sequence of token ids (ints >= 0), got {self.prompt!r:.80}")
         if not all(_is_int(t) and t >= 0 for t in stop):
             raise ValueError(f"stop must be token ids (ints >= 0), got {self.stop!r:.80}")
-        if not (_is_int(self.max_tokens) and self.max_tokens >= 1):
-            raise ValueError("max_tokens must be an int >= 1 (the most new tokens to generate), "
-                             f"got {self.max_tokens!r}")
+        positive_int("max_tokens (the most new tokens to generate)", self.max_tokens)
         if not isinstance(self.sampling, SamplingParams):
             raise TypeError(f"sampling must be a SamplingParams (see sampling_params(**options)), got "
                             f"{type(self.sampling).__name__}")

@@ -99,7 +99,7 @@ def plan_step(running: list[SeqView], waiting: list[SeqView], *, token_budget: i
 
 
 @dataclass(eq=False)
-class Sequence:
+class SequenceState:
     """A request being served: its tokens so far, its blocks, and when things happened."""
 
     seq_id: int
@@ -132,8 +132,8 @@ class Sequence:
 class Schedule:
     """A plan carried out: (sequence, tokens) to run, in batch order, and who was preempted."""
 
-    entries: tuple[tuple[Sequence, int], ...]
-    preempted: tuple[Sequence, ...]
+    entries: tuple[tuple[SequenceState, int], ...]
+    preempted: tuple[SequenceState, ...]
 
 
 class Scheduler:
@@ -143,10 +143,10 @@ class Scheduler:
                  max_chunk: int | None = None) -> None:
         self.cache, self.pool = cache, cache.pool
         self.token_budget, self.max_running, self.max_chunk = token_budget, max_running, max_chunk
-        self.waiting: list[Sequence] = []  # by seq_id: arrival order
-        self.running: list[Sequence] = []
+        self.waiting: list[SequenceState] = []  # by seq_id: arrival order
+        self.running: list[SequenceState] = []
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: SequenceState) -> None:
         bisect.insort(self.waiting, seq, key=lambda s: s.seq_id)
 
     def schedule(self) -> Schedule:
@@ -183,7 +183,7 @@ class Scheduler:
             s.blocks += self.cache.allocate(self.pool.blocks_for(s.computed + n) - len(s.blocks))
         return Schedule(tuple(entries), tuple(preempted))
 
-    def computed(self, seq: Sequence, n: int) -> None:
+    def computed(self, seq: SequenceState, n: int) -> None:
         """``n`` more tokens of ``seq`` have their keys and values in the pool: publish its new full blocks."""
         before = seq.computed // self.pool.block_size
         seq.computed += n
@@ -191,7 +191,7 @@ class Scheduler:
         for i in range(before, seq.computed // self.pool.block_size):
             self.cache.commit(seq.blocks[i], seq.hashes[i])
 
-    def finish(self, seq: Sequence) -> None:
+    def finish(self, seq: SequenceState) -> None:
         self.running.remove(seq)
         self.cache.release(seq.blocks)
         seq.blocks = []

@@ -39,6 +39,7 @@ from scalelib.inference import decode
 from scalelib.serving import paged, sampling
 from scalelib.serving.request import Request
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 DRAFT, ACCEPT, RESAMPLE = 1, 2, 3  # key streams (sampling.token_keys) of the three kinds of draw
 
@@ -149,7 +150,7 @@ def early_exit_draft(params: model.Params, cfg: TransformerConfig,
     Self-speculation: the draft shares the target's weights and costs about layers / L of a step.
     ``params`` has stacked [L, ...] layer arrays (``model.init``'s form).
     """
-    if not (isinstance(layers, int) and 1 <= layers < cfg.n_layers):
+    if not positive_int("layers", layers) < cfg.n_layers:
         raise ValueError(f"layers must be an int in [1, {cfg.n_layers}), got {layers!r}")
     return ({**params, "layers": jax.tree.map(lambda a: a[:layers], params["layers"])},
             cfg.replace(n_layers=layers, name=f"{cfg.name}-first-{layers}"))
@@ -228,8 +229,7 @@ def generate(target: tuple[model.Params, TransformerConfig], draft: tuple[model.
     """Serve ``req`` alone with ``k`` draft tokens per round: (new tokens, statistics)."""
     (t_params, t_cfg), (d_params, d_cfg) = target, draft
     t_params, d_params = paged.unstacked(t_params), paged.unstacked(d_params)
-    if not (isinstance(k, int) and k >= 1):
-        raise ValueError(f"k (draft tokens per round) must be a positive int, got {k!r}")
+    k = positive_int("k (draft tokens per round)", k)
     if t_cfg.vocab_size != d_cfg.vocab_size:
         raise ValueError(f"draft and target must share a vocabulary, got {d_cfg.vocab_size} and {t_cfg.vocab_size}")
     bad = [t for t in req.prompt if t >= t_cfg.vocab_size]

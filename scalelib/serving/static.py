@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Sequence as Seq
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,18 +23,18 @@ from scalelib.serving import paged, sampling
 from scalelib.serving.engine import Result, StepRecord
 from scalelib.serving.request import Request
 from scalelib.transformer import TransformerConfig
+from scalelib.validate import positive_int
 
 
 def _pad(a: np.ndarray, size: int, value: int = 0) -> np.ndarray:
     return np.pad(a, (0, size - len(a)), constant_values=value).astype(np.int32)
 
 
-def serve_static(params: model.Params, cfg: TransformerConfig, requests: Seq[Request], batch_size: int,
+def serve_static(params: model.Params, cfg: TransformerConfig, requests: Sequence[Request], batch_size: int,
                  block_size: int = 16, clock: Callable[[], float] = time.perf_counter,
                  ) -> tuple[list[Result], list[StepRecord]]:
     """Serve ``requests`` (all arriving at the start) in fixed batches: (results in order, step records)."""
-    if not (isinstance(batch_size, int) and batch_size >= 1):
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch_size = positive_int("batch_size", batch_size)
     if not requests:
         return [], []
     params = paged.unstacked(params)

@@ -17,7 +17,7 @@ from functools import lru_cache
 from scalelib import hardware as hw
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
-from scalelib.parallel import cost, memory, planner
+from scalelib.parallel import thresholds, chip_memory, planner
 from scalelib.topology import Slice
 
 V5P = hw.TPU_V5P
@@ -31,8 +31,8 @@ def _plan(batch: int, remat: float = 4, slices: int = 1) -> planner.TrainingPlan
                                  mfu=0.4, train_tokens=15e12, slices=slices, remat=remat, n_params=PARAMS)
 
 
-def _whole(i: dict) -> memory.ChipMemory:
-    return memory.training_memory(tf.preset("llama3-70b"), i["batch_tokens"], 4096,
+def _whole(i: dict) -> chip_memory.ChipMemory:
+    return chip_memory.training_memory(tf.preset("llama3-70b"), i["batch_tokens"], 4096,
                                   remat=i["checkpoints_per_layer"], n_params=PARAMS)
 
 
@@ -47,8 +47,8 @@ REPRODUCERS = {
     "ch6-train-time-1chip": lambda i: _time_s(i["total_flops"], 1, i["MFU"]),
     "ch6-v5p-pod-chips": lambda i: Slice(V5P, tuple(i["topology"])).num_chips,
     "ch6-train-time-full-pod": lambda i: _time_s(_plan(SHARD_BATCH).train_flops, _plan(SHARD_BATCH).chips, i["MFU"]),
-    "ch6-mem-params-bf16": lambda i: memory.BOOK_ADAM.memory(i["params"]).params_bytes,
-    "ch6-mem-optimizer-fp32": lambda i: memory.BOOK_ADAM.memory(i["params"]).optimizer_bytes,
+    "ch6-mem-params-bf16": lambda i: chip_memory.BOOK_ADAM.memory(i["params"]).params_bytes,
+    "ch6-mem-optimizer-fp32": lambda i: chip_memory.BOOK_ADAM.memory(i["params"]).optimizer_bytes,
     "ch6-mem-grad-checkpoints": lambda i: _whole(i).activations_bytes,
     "ch6-mem-total-training": lambda i: _plan(4_000_000).scheme("fsdp").memory.total_bytes * _plan(4_000_000).chips,
     "ch6-min-chips-4m-batch": lambda i: _plan(4_000_000).min_chips_for_memory,
@@ -60,7 +60,7 @@ REPRODUCERS = {
     "ch6-fsdp-per-chip-batch": lambda i: _plan(SHARD_BATCH).scheme("fsdp").batch_per_chip_tokens,
     "ch6-fsdp-ici-threshold-3axes": lambda i: _plan(SHARD_BATCH).fsdp_critical_batch_per_chip_tokens,
     "ch6-mixed-fsdp-tp-threshold": lambda i: _plan(SHARD_BATCH).mixed_critical_batch_per_chip_tokens,
-    "ch6-fsdp-degree-mixed": lambda i: cost.mixed_fsdp_ways_range(i["B"], i["F"], i["N"], V5P)[1],
+    "ch6-fsdp-degree-mixed": lambda i: thresholds.mixed_fsdp_ways_range(i["B"], i["F"], i["N"], V5P)[1],
     "ch6-chosen-fsdp-ways": lambda i: _plan(SHARD_BATCH).scheme("fsdp_tp").layout.data_ways,
     "ch6-chosen-tp-ways": lambda i: _plan(SHARD_BATCH).scheme("fsdp_tp").layout.model_ways,
     "ch6-ex6.1-per-chip-batch-4pods": lambda i: _plan(SHARD_BATCH, slices=4).batch_per_chip_tokens,

@@ -25,11 +25,11 @@ import re
 from scalelib import hardware as hw
 from scalelib import roofline as rl
 from scalelib import transformer as tf
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import model_parallel as mp
-from scalelib.inference import serving
+from scalelib.inference import serving_rates
 from scalelib.inference import step_time as st
-from scalelib.parallel import memory as train_memory
+from scalelib.parallel import chip_memory
 
 V5E = hw.TPU_V5E
 V5E_BOOK = hw.variant(V5E, "hbm_bytes_per_s")  # section 7 divides by 8.2e11 B/s
@@ -50,9 +50,9 @@ def checked_preset(name: str, i: dict, **changes) -> tf.TransformerConfig:
 def _popquiz(i: dict) -> st.DecodeStepTime:
     # 30e9 int8 weights on a v5e 4x4, 100 kB of cache a token, 8192 tokens of context, bf16 FLOPs.
     assert i["hbm_bytes_per_s"] == V5E.hbm_bytes_per_s and i["bf16_flops_per_s"] == V5E.bf16_flops_per_s
-    return st.decode_step_time(mem.Replica(V5E, i["chips"]), n_params=i["params"],
-                               weight_bytes=mem.param_bytes(i["params"], i["weight_bytes"]),
-                               kv_bytes_per_seq=mem.kv_bytes(i["kv_bytes_per_token"], i["context"]), batch=i["batch"])
+    return st.decode_step_time(replica_memory.Replica(V5E, i["chips"]), n_params=i["params"],
+                               weight_bytes=replica_memory.param_bytes(i["params"], i["weight_bytes"]),
+                               kv_bytes_per_seq=replica_memory.kv_bytes(i["kv_bytes_per_token"], i["context"]), batch=i["batch"])
 
 
 def _l2_13b(i: dict) -> tf.TransformerConfig:
@@ -63,12 +63,12 @@ def _l2_13b(i: dict) -> tf.TransformerConfig:
 def _l2_13b_step(i: dict) -> st.DecodeStepTime:
     # Section 7.1.7: bf16 weights and caches on 8 v5e chips, 8192-token sequences.
     assert i["chips"] == 8 and i["hbm_bytes_per_s"] == V5E_BOOK.hbm_bytes_per_s
-    return st.model_decode_step_time(_l2_13b(i), mem.Replica(V5E_BOOK, i["chips"]), i["batch"], i["seq_len"],
+    return st.model_decode_step_time(_l2_13b(i), replica_memory.Replica(V5E_BOOK, i["chips"]), i["batch"], i["seq_len"],
                                      weights="bf16", kv="bf16", n_params=i["params"])
 
 
 def _l2_13b_kv_per_seq(i: dict) -> float:
-    return mem.kv_bytes(mem.kv_bytes_per_token(_l2_13b(i), i["bytes"]), i["T"])
+    return replica_memory.kv_bytes(replica_memory.kv_bytes_per_token(_l2_13b(i), i["bytes"]), i["T"])
 
 
 def _table_entries() -> dict:
@@ -86,27 +86,27 @@ REPRODUCERS = {
     "ch7-bcrit-int8-int8": lambda i: st.decode_critical_batch(V5E_BOOK, weights="int8", compute="int8"),
     "ch7-prefill-attn-compute-bound-len": lambda i: st.prefill_attention_compute_bound_len(
         rl.chip_critical_intensity(V5E_BOOK)),
-    "ch7-popquiz-kv-per-seq": lambda i: mem.kv_bytes(i["kv_bytes_per_token"], i["context"]),
+    "ch7-popquiz-kv-per-seq": lambda i: replica_memory.kv_bytes(i["kv_bytes_per_token"], i["context"]),
     "ch7-popquiz-step-b4": lambda i: _popquiz(i).step_s,
     "ch7-popquiz-step-b256": lambda i: _popquiz(i).step_s,
     "ch7-l2-13b-ffw-params": lambda i: tf.param_counts(_l2_13b(i)).mlp,
     "ch7-l2-13b-vocab-params": lambda i: tf.param_counts(_l2_13b(i)).vocab,
     "ch7-l2-13b-attn-params": lambda i: tf.param_counts(_l2_13b(i)).attention,
     "ch7-l2-13b-total-params": lambda i: tf.param_counts(_l2_13b(i)).total,
-    "ch7-l2-13b-train-param-opt-mem": lambda i: train_memory.BOOK_ADAM.memory(i["params"]).total_bytes,
-    "ch7-l2-13b-inference-param-mem": lambda i: mem.param_bytes(i["params"], i["bytes_per_param"]),
+    "ch7-l2-13b-train-param-opt-mem": lambda i: chip_memory.BOOK_ADAM.memory(i["params"]).total_bytes,
+    "ch7-l2-13b-inference-param-mem": lambda i: replica_memory.param_bytes(i["params"], i["bytes_per_param"]),
     "ch7-l2-13b-prefill-activation": lambda i: rl.array_bytes((i["tokens"], i["D"]), i["bytes"]),
     "ch7-l2-13b-kv-per-seq-8k": _l2_13b_kv_per_seq,
     "ch7-l2-13b-gqa-kv-per-seq": _l2_13b_kv_per_seq,
-    "ch7-l2-13b-kv-exceeds-params": lambda i: mem.sequences_exceeding(i["param_bytes"], i["kv_per_seq"]),
-    "ch7-8xv5e-hbm": lambda i: mem.Replica(V5E, i["chips"]).hbm_bytes,
-    "ch7-8xv5e-hbm-bw": lambda i: mem.Replica(V5E_BOOK, i["chips"]).hbm_bytes_per_s,
-    "ch7-8xv5e-flops": lambda i: mem.Replica(V5E, i["chips"]).flops_per_s("bf16"),
+    "ch7-l2-13b-kv-exceeds-params": lambda i: replica_memory.sequences_exceeding(i["param_bytes"], i["kv_per_seq"]),
+    "ch7-8xv5e-hbm": lambda i: replica_memory.Replica(V5E, i["chips"]).hbm_bytes,
+    "ch7-8xv5e-hbm-bw": lambda i: replica_memory.Replica(V5E_BOOK, i["chips"]).hbm_bytes_per_s,
+    "ch7-8xv5e-flops": lambda i: replica_memory.Replica(V5E, i["chips"]).flops_per_s("bf16"),
     **_table_entries(),
-    "ch7-l2-13b-max-batch-mha": lambda i: mem.max_batch(
-        mem.free_hbm_bytes(i["hbm_total_bytes"], i["param_bytes"]), i["kv_bytes_per_seq"]),
+    "ch7-l2-13b-max-batch-mha": lambda i: replica_memory.max_batch(
+        replica_memory.free_hbm_bytes(i["hbm_total_bytes"], i["param_bytes"]), i["kv_bytes_per_seq"]),
     "ch7-gen-mp-limit-example": lambda i: mp.max_generate_model_ways(i["F"], i["B"], i["beta"]),
     "ch7-beta-hbm-over-ici": lambda i: mp.hbm_over_ici(V5E),
-    "ch7-prefix-cache-compute-fraction": lambda i: serving.prefix_cache_compute_fraction(
+    "ch7-prefix-cache-compute-fraction": lambda i: serving_rates.prefix_cache_compute_fraction(
         prompt_tokens=i["prompt_tokens"], cached_tokens=i["prompt_tokens"] - i["new_tokens"]),
 }

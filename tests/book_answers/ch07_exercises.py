@@ -18,7 +18,7 @@ from scalelib import hardware as hw
 from scalelib import roofline as rl
 from scalelib import transformer as tf
 from scalelib import transformer_flops as fl
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import model_parallel as mp
 from scalelib.inference import step_time as st
 from scalelib.topology import ring_axis
@@ -29,15 +29,15 @@ V5E_BOOK = hw.variant(V5E, "hbm_bytes_per_s")  # Appendix A's 8.2e11 B/s
 
 
 def _weights(cfg: tf.TransformerConfig) -> float:
-    return mem.param_bytes(tf.param_counts(cfg).total, "int8")
+    return replica_memory.param_bytes(tf.param_counts(cfg).total, "int8")
 
 
 def _kv_capacity(i: dict, kv_heads: int) -> float:
     # Exercise 7.2: int8 everything on a v5e 4x4, caches fully sharded.
     cfg = tf.preset("book-ch7-18b").replace(n_kv_heads=kv_heads)
-    assert i["kv_bytes_per_token"] == mem.kv_bytes_per_token(cfg, "int8")
-    free = mem.free_hbm_bytes(mem.Replica(V5E, i["chips"]), _weights(cfg))
-    return mem.kv_token_capacity(free, mem.kv_bytes_per_token(cfg, "int8"))
+    assert i["kv_bytes_per_token"] == replica_memory.kv_bytes_per_token(cfg, "int8")
+    free = replica_memory.free_hbm_bytes(replica_memory.Replica(V5E, i["chips"]), _weights(cfg))
+    return replica_memory.kv_token_capacity(free, replica_memory.kv_bytes_per_token(cfg, "int8"))
 
 
 def _crossover(i: dict) -> float:
@@ -47,26 +47,26 @@ def _crossover(i: dict) -> float:
 
 REPRODUCERS = {
     "ch7-ex7.1-params": lambda i: tf.param_counts(checked_preset("book-ch7-18b", i)).total,
-    "ch7-ex7.1-kv-per-token": lambda i: mem.kv_bytes_per_token(checked_preset("book-ch7-18b", i), i["bytes"]),
+    "ch7-ex7.1-kv-per-token": lambda i: replica_memory.kv_bytes_per_token(checked_preset("book-ch7-18b", i), i["bytes"]),
     "ch7-ex7.2-kv-token-capacity": lambda i: _kv_capacity(i, kv_heads=8),
     "ch7-ex7.2-kv-token-capacity-k1": lambda i: _kv_capacity(i, kv_heads=1),
     "ch7-ex7.3-param-load-time": lambda i: st.weight_load_s(_weights(tf.preset("book-ch7-18b")),
-                                                            mem.Replica(V5E, i["chips"])),
+                                                            replica_memory.Replica(V5E, i["chips"])),
     "ch7-ex7.5-moe-params": lambda i: tf.param_counts(checked_preset("book-ch7-moe", i)).total,
     "ch7-ex7.5-moe-bcrit": lambda i: st.moe_critical_batch(i["bcrit_dense"], i["E"], i["k"]),
-    "ch7-ex7.5-moe-kv-per-token": lambda i: mem.kv_bytes_per_token(checked_preset("book-ch7-moe", i), i["bytes"]),
+    "ch7-ex7.5-moe-kv-per-token": lambda i: replica_memory.kv_bytes_per_token(checked_preset("book-ch7-moe", i), i["bytes"]),
     # a forward pass's FLOPs per token: routed experts only, no attention context (T tokens cost T times this)
     "ch7-ex7.5-moe-flops-per-token": lambda i: fl.forward_flops(checked_preset("book-ch7-moe", i), 1, 0).matmul_flops,
     "ch7-ex7.6-moe-load-time-8x16": lambda i: st.weight_load_s(_weights(tf.preset("book-ch7-moe")),
-                                                               mem.Replica(V5E, i["chips"])),
-    "ch7-ex7.6-moe-free-hbm": lambda i: mem.free_hbm_per_chip_bytes(mem.Replica(V5E, i["chips"]),
+                                                               replica_memory.Replica(V5E, i["chips"])),
+    "ch7-ex7.6-moe-free-hbm": lambda i: replica_memory.free_hbm_per_chip_bytes(replica_memory.Replica(V5E, i["chips"]),
                                                                     _weights(tf.preset("book-ch7-moe"))),
-    "ch7-ex7.6-moe-smallest-slice": lambda i: mem.smallest_slice_chips(_weights(tf.preset("book-ch7-moe")), V5E),
+    "ch7-ex7.6-moe-smallest-slice": lambda i: replica_memory.smallest_slice_chips(_weights(tf.preset("book-ch7-moe")), V5E),
     "ch7-ex7.7-2d-comms-coefficient": lambda i: mp.two_d_ws_comms_coefficient(i["F_over_D"]),
     "ch7-ex7.7-2d-crossover-chips": _crossover,
     # Appendix A: a 600M-parameter bf16 layer sharded 4 ways
-    "ch7-appA-layer-min-latency": lambda i: st.weight_load_s(mem.param_bytes(i["params"], i["bytes_per_param"]),
-                                                             mem.Replica(V5E_BOOK, i["shards"])),
+    "ch7-appA-layer-min-latency": lambda i: st.weight_load_s(replica_memory.param_bytes(i["params"], i["bytes_per_param"]),
+                                                             replica_memory.Replica(V5E_BOOK, i["shards"])),
     # Appendix C: 8-way model parallelism on v5e rings
     "ch7-appC-latency-bound-buffer": lambda i: mp.latency_bound_buffer_bytes(ring_axis(V5E, i["shards"])),
     "ch7-appC-activation-bytes": lambda i: rl.array_bytes((i["B"], i["D"]), i["bytes"]),

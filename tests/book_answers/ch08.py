@@ -19,8 +19,8 @@ No entry of this module is skipped.
 
 from scalelib import hardware as hw
 from scalelib import transformer as tf
-from scalelib.inference import memory as mem
-from scalelib.inference import serving
+from scalelib.inference import replica_memory
+from scalelib.inference import serving_rates
 from scalelib.inference import step_time as st
 from tests.book_answers.ch07 import checked_preset
 
@@ -36,26 +36,26 @@ def _l3_70b() -> tf.TransformerConfig:
 
 def _batch32(chips: int) -> st.DecodeStepTime:
     # Section 8.1: int8 weights and caches, batch 32 of 8192 tokens, bf16 FLOPs, spec-table HBM rate.
-    return st.decode_step_time(mem.Replica(V5E, chips), n_params=PARAMS, weight_bytes=mem.param_bytes(PARAMS, "int8"),
-                               kv_bytes_per_seq=mem.kv_bytes(KV_INT8_ROUNDED, 8192), batch=32)
+    return st.decode_step_time(replica_memory.Replica(V5E, chips), n_params=PARAMS, weight_bytes=replica_memory.param_bytes(PARAMS, "int8"),
+                               kv_bytes_per_seq=replica_memory.kv_bytes(KV_INT8_ROUNDED, 8192), batch=32)
 
 
-def _batch32_memory(i: dict) -> mem.ServingMemory:
-    return mem.serving_memory(i["param_bytes"], i["kv_bytes_per_token"], i["seq_len"], i["batch"])
+def _batch32_memory(i: dict) -> replica_memory.ServingMemory:
+    return replica_memory.serving_memory(i["param_bytes"], i["kv_bytes_per_token"], i["seq_len"], i["batch"])
 
 
 def _smallest_weights(i: dict) -> float:
     # The smallest-slice table: weights alone decide the slice (the caches are taken as small).
-    return mem.param_bytes(i["params"], i["dtype"])
+    return replica_memory.param_bytes(i["params"], i["dtype"])
 
 
 def _smallest_free(i: dict) -> float:
-    return mem.free_hbm_bytes(mem.Replica(V5E, i["slice_chips"]), _smallest_weights(i))
+    return replica_memory.free_hbm_bytes(replica_memory.Replica(V5E, i["slice_chips"]), _smallest_weights(i))
 
 
 def _smallest_batch(i: dict) -> int:
-    kv_per_seq = mem.kv_bytes(mem.kv_bytes_per_token(checked_preset("llama3-70b", i), i["dtype"]), i["seq_len"])
-    return mem.max_batch(_smallest_free(i), kv_per_seq)
+    kv_per_seq = replica_memory.kv_bytes(replica_memory.kv_bytes_per_token(checked_preset("llama3-70b", i), i["dtype"]), i["seq_len"])
+    return replica_memory.max_batch(_smallest_free(i), kv_per_seq)
 
 
 def _smallest_entries() -> dict:
@@ -63,29 +63,29 @@ def _smallest_entries() -> dict:
     for dtype in ("bf16", "int8", "int4"):
         p = f"ch8-smallest-topo-{dtype}-"
         out[p + "param-bytes"] = _smallest_weights
-        out[p + "kv-per-token"] = lambda i: mem.kv_bytes_per_token(checked_preset("llama3-70b", i), i["dtype"])
-        out[p + "min-chips-raw"] = lambda i: mem.chips_to_hold(_smallest_weights(i), V5E)
-        out[p + "slice-chips"] = lambda i: mem.smallest_slice_chips(_smallest_weights(i), V5E)
+        out[p + "kv-per-token"] = lambda i: replica_memory.kv_bytes_per_token(checked_preset("llama3-70b", i), i["dtype"])
+        out[p + "min-chips-raw"] = lambda i: replica_memory.chips_to_hold(_smallest_weights(i), V5E)
+        out[p + "slice-chips"] = lambda i: replica_memory.smallest_slice_chips(_smallest_weights(i), V5E)
         out[p + "remaining-hbm"] = _smallest_free
         out[p + "num-kv-caches-8k"] = _smallest_batch
     return out
 
 
 REPRODUCERS = {
-    "ch8-flops-per-dollar-h100": lambda i: serving.flops_per_usd(hw.H100),
-    "ch8-flops-per-dollar-v5p": lambda i: serving.flops_per_usd(hw.TPU_V5P),
-    "ch8-flops-per-dollar-v5e": lambda i: serving.flops_per_usd(V5E),
-    "ch8-l3-70b-kv-per-token-int8": lambda i: mem.kv_bytes_per_token(checked_preset("llama3-70b", i), i["bytes"]),
-    "ch8-l3-70b-kv-per-seq-32k": lambda i: mem.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]),
-    "ch8-l3-70b-kv-bs240-32k": lambda i: mem.kv_bytes(mem.kv_bytes_per_token(_l3_70b(), "int8"), 32_768, i["batch"]),
-    "ch8-chips-bs240-32k": lambda i: mem.chips_to_hold(
-        mem.ServingMemory(i["param_bytes"], i["kv_bytes"]).total_bytes, V5E),
+    "ch8-flops-per-dollar-h100": lambda i: serving_rates.flops_per_usd(hw.H100),
+    "ch8-flops-per-dollar-v5p": lambda i: serving_rates.flops_per_usd(hw.TPU_V5P),
+    "ch8-flops-per-dollar-v5e": lambda i: serving_rates.flops_per_usd(V5E),
+    "ch8-l3-70b-kv-per-token-int8": lambda i: replica_memory.kv_bytes_per_token(checked_preset("llama3-70b", i), i["bytes"]),
+    "ch8-l3-70b-kv-per-seq-32k": lambda i: replica_memory.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]),
+    "ch8-l3-70b-kv-bs240-32k": lambda i: replica_memory.kv_bytes(replica_memory.kv_bytes_per_token(_l3_70b(), "int8"), 32_768, i["batch"]),
+    "ch8-chips-bs240-32k": lambda i: replica_memory.chips_to_hold(
+        replica_memory.ServingMemory(i["param_bytes"], i["kv_bytes"]).total_bytes, V5E),
     "ch8-kv-total-bs32-8k": lambda i: _batch32_memory(i).kv_bytes,
     "ch8-total-mem-bs32-8k": lambda i: _batch32_memory(i).total_bytes,
-    "ch8-min-slice-bs32-8k": lambda i: mem.smallest_slice_chips(i["total_bytes"], V5E),
+    "ch8-min-slice-bs32-8k": lambda i: replica_memory.smallest_slice_chips(i["total_bytes"], V5E),
     "ch8-decode-step-4x2": lambda i: _batch32(i["chips"]).step_s,
-    "ch8-decode-throughput-4x2": lambda i: serving.tokens_per_s(i["batch"], i["step_s"]),
-    "ch8-decode-throughput-per-chip-4x2": lambda i: serving.per_chip(i["throughput"], i["chips"]),
+    "ch8-decode-throughput-4x2": lambda i: serving_rates.tokens_per_s(i["batch"], i["step_s"]),
+    "ch8-decode-throughput-per-chip-4x2": lambda i: serving_rates.per_chip(i["throughput"], i["chips"]),
     "ch8-decode-step-4x4": lambda i: _batch32(16).step_s,
     "ch8-bcrit-bf16": lambda i: st.decode_critical_batch(V5E_BOOK, weights="bf16", compute="bf16"),
     "ch8-bcrit-int8w-bf16": lambda i: st.decode_critical_batch(V5E_BOOK, weights="int8", compute="bf16"),

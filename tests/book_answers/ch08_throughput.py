@@ -26,11 +26,11 @@ No entry of this module is skipped.
 from scalelib import hardware as hw
 from scalelib import roofline as rl
 from scalelib import transformer as tf
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import model_parallel as mp
-from scalelib.inference import serving
+from scalelib.inference import serving_rates
 from scalelib.inference import step_time as st
-from scalelib.parallel import cost
+from scalelib.parallel import thresholds
 from tests.book_answers.ch07 import checked_preset
 
 V5E = hw.TPU_V5E
@@ -38,25 +38,25 @@ V5E_BOOK = hw.variant(V5E, "hbm_bytes_per_s")  # section 8's 8.2e11 B/s
 
 
 def _qps(i: dict) -> float:
-    return serving.queries_per_s(i["batch"], i["step_s"], i["decode_len"])
+    return serving_rates.queries_per_s(i["batch"], i["step_s"], i["decode_len"])
 
 
 def _qps_per_chip(i: dict) -> float:
-    return serving.per_chip(_qps(i), i["chips"])
+    return serving_rates.per_chip(_qps(i), i["chips"])
 
 
 def _figure_step(i: dict, batch: float | None = None) -> st.DecodeStepTime:
     # Section 8.2's figure: int8 weights and caches on 16 v5e chips, bf16 FLOPs.
-    replica = mem.Replica(V5E_BOOK, i["chips"])
+    replica = replica_memory.Replica(V5E_BOOK, i["chips"])
     return st.decode_step_time(replica, n_params=i["params"], weight_bytes=i["param_bytes"],
-                               kv_bytes_per_seq=mem.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]),
+                               kv_bytes_per_seq=replica_memory.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]),
                                batch=i["batch"] if batch is None else batch)
 
 
 def _cost_reduction(i: dict) -> float:
     # chip-time per token at batch 1 over that at the largest batch that fits in HBM
-    free = mem.free_hbm_bytes(mem.Replica(V5E, i["chips"]), i["param_bytes"])
-    biggest = mem.max_batch(free, mem.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]))
+    free = replica_memory.free_hbm_bytes(replica_memory.Replica(V5E, i["chips"]), i["param_bytes"])
+    biggest = replica_memory.max_batch(free, replica_memory.kv_bytes(i["kv_bytes_per_token"], i["seq_len"]))
     return _figure_step(i, batch=1).chip_s_per_token / _figure_step(i, batch=biggest).chip_s_per_token
 
 
@@ -75,26 +75,26 @@ def _qps_entries() -> dict:
 
 
 REPRODUCERS = {
-    "ch8-step-latency-full-hbm": lambda i: st.full_hbm_read_s(mem.Replica(V5E_BOOK, 1)),
-    "ch8-decode-time-512-tokens": lambda i: serving.decode_time_s(i["step_s"], i["steps"]),
-    "ch8-int4-param-only-latency": lambda i: st.weight_load_s(i["param_bytes"], mem.Replica(V5E_BOOK, i["chips"])),
+    "ch8-step-latency-full-hbm": lambda i: st.full_hbm_read_s(replica_memory.Replica(V5E_BOOK, 1)),
+    "ch8-decode-time-512-tokens": lambda i: serving_rates.decode_time_s(i["step_s"], i["steps"]),
+    "ch8-int4-param-only-latency": lambda i: st.weight_load_s(i["param_bytes"], replica_memory.Replica(V5E_BOOK, i["chips"])),
     **_qps_entries(),
-    "ch8-doubled-remaining-hbm-bf16-4x8": lambda i: mem.free_hbm_bytes(mem.Replica(V5E, i["chips"]), i["param_bytes"]),
-    "ch8-doubled-batch": lambda i: mem.max_batch(i["remaining_bytes"],
-                                                 mem.kv_bytes(i["kv_bytes_per_token"], i["seq_len"])),
+    "ch8-doubled-remaining-hbm-bf16-4x8": lambda i: replica_memory.free_hbm_bytes(replica_memory.Replica(V5E, i["chips"]), i["param_bytes"]),
+    "ch8-doubled-batch": lambda i: replica_memory.max_batch(i["remaining_bytes"],
+                                                 replica_memory.kv_bytes(i["kv_bytes_per_token"], i["seq_len"])),
     # sharding the generate step
-    "ch8-ici-bound-Y-2axes": lambda i: cost.tp_max_ways(i["F"], hw.TPU_V5P, n_axes=i["n_axes"]),
+    "ch8-ici-bound-Y-2axes": lambda i: thresholds.tp_max_ways(i["F"], hw.TPU_V5P, n_axes=i["n_axes"]),
     "ch8-mp-limit-bs64": lambda i: mp.max_generate_model_ways(i["F"], i["B"], i["beta"]),
     "ch8-t-ici-4x8-bs64": lambda i: _matmul_4x8(i).ici_s,
     "ch8-t-hbm-4x8-bs64": lambda i: _matmul_4x8(i).hbm_s,
     "ch8-t-math-4x8-bs64": lambda i: _matmul_4x8(i).math_s,
     # prefill and disaggregated serving
-    "ch8-prefill-8k-16chips": lambda i: st.prefill_time_s(i["params"], i["tokens"], mem.Replica(V5E, i["chips"]),
+    "ch8-prefill-8k-16chips": lambda i: st.prefill_time_s(i["params"], i["tokens"], replica_memory.Replica(V5E, i["chips"]),
                                                           mfu=i["MFU"]),
-    "ch8-seqs-finished-per-step": lambda i: serving.sequences_finished_per_step(i["batch"], i["decode_len"]),
-    "ch8-tokens-evicted-per-step": lambda i: serving.kv_tokens_evicted_per_step(i["batch"], i["prefill_len"],
+    "ch8-seqs-finished-per-step": lambda i: serving_rates.sequences_finished_per_step(i["batch"], i["decode_len"]),
+    "ch8-tokens-evicted-per-step": lambda i: serving_rates.kv_tokens_evicted_per_step(i["batch"], i["prefill_len"],
                                                                                 i["decode_len"]),
-    "ch8-prefill-generate-server-ratio": lambda i: serving.prefill_servers_per_generate_server(
+    "ch8-prefill-generate-server-ratio": lambda i: serving_rates.prefill_servers_per_generate_server(
         i["prefill_latency_s"], i["decode_step_s"], i["batch"], i["decode_len"]),
     # section 8.2's latency / throughput figure
     "ch8-fig-min-latency": lambda i: _figure_step(i).step_s,
@@ -107,11 +107,11 @@ REPRODUCERS = {
     "ch8-ex8.1-l3-405b-fwd-flops-per-token": lambda i: st.dense_forward_flops(
         tf.param_counts(tf.preset("llama3-405b")).total, 1),
     "ch8-ex8.1-flops-bound-time-1chip": lambda i: rl.compute_time_s(i["flops"],
-                                                                    mem.Replica(V5E, i["chips"]).flops_per_s("bf16")),
-    "ch8-ex8.2-l3-8b-param-bytes-int8": lambda i: mem.param_bytes(
+                                                                    replica_memory.Replica(V5E, i["chips"]).flops_per_s("bf16")),
+    "ch8-ex8.2-l3-8b-param-bytes-int8": lambda i: replica_memory.param_bytes(
         tf.param_counts(checked_preset("llama3-8b", i)).total, i["bytes"]),
-    "ch8-ex8.2-l3-8b-kv-per-token-int8": lambda i: mem.kv_bytes_per_token(checked_preset("llama3-8b", i), i["bytes"]),
-    "ch8-ex8.2-l3-8b-kv-bs240-8k": lambda i: mem.kv_bytes(
-        mem.kv_bytes_per_token(tf.preset("llama3-8b"), "int8"), i["seq_len"], i["batch"]),
-    "ch8-ex8.2-l3-8b-smallest-topology": lambda i: mem.smallest_slice_chips(i["total_bytes"], V5E),
+    "ch8-ex8.2-l3-8b-kv-per-token-int8": lambda i: replica_memory.kv_bytes_per_token(checked_preset("llama3-8b", i), i["bytes"]),
+    "ch8-ex8.2-l3-8b-kv-bs240-8k": lambda i: replica_memory.kv_bytes(
+        replica_memory.kv_bytes_per_token(tf.preset("llama3-8b"), "int8"), i["seq_len"], i["batch"]),
+    "ch8-ex8.2-l3-8b-smallest-topology": lambda i: replica_memory.smallest_slice_chips(i["total_bytes"], V5E),
 }

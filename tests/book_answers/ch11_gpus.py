@@ -14,7 +14,7 @@ from scalelib import transformer_memory as tm
 from scalelib.gpus import comm_costs as cc
 from scalelib.gpus import fabric as fb
 from scalelib.gpus import parallel_rooflines as pr
-from scalelib.gpus import specs as gs
+from scalelib.gpus import gpu_specs as gs
 
 H100, B200, A100 = gs.H100, gs.B200, gs.A100
 H100_C = hw.variant(hw.H100, "bf16_flops_per_s", "gpu part").bf16_flops_per_s  # 990e12

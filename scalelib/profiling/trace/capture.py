@@ -21,6 +21,7 @@ from typing import Any
 
 from scalelib import compat
 from scalelib.profiling.trace.match import module_name
+from scalelib.validate import positive_int
 
 _PROFILER = threading.Lock()
 
@@ -57,9 +58,8 @@ def capture(fn: Callable[..., Any], *args: Any, steps: int = 3, warmup: int = 1,
     """
     import jax
 
-    if not (isinstance(steps, int) and steps >= 1) or not (isinstance(warmup, int) and warmup >= 1):
-        raise ValueError(f"steps and warmup must be ints >= 1 (warmup compiles outside the trace), got "
-                         f"steps={steps!r}, warmup={warmup!r}")
+    positive_int("steps", steps)
+    positive_int("warmup (runs before the trace, so the compile stays outside it)", warmup)
     hlo_text = _lowerable(fn).lower(*args).compile().as_text()
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))

@@ -16,6 +16,7 @@ from typing import Sequence, cast
 import numpy as np
 
 from scalelib import hlo
+from scalelib.validate import positive_int
 
 
 MEMORY_SPACES = {0: "HBM", 1: "VMEM"}  # other S(n) numbers are further on-chip memories
@@ -24,10 +25,9 @@ MEMORY_SPACES = {0: "HBM", 1: "VMEM"}  # other S(n) numbers are further on-chip 
 
 
 def _positive_ints(values: Sequence[int], what: str) -> tuple[int, ...]:
-    out = tuple(int(v) for v in values)
-    if not out or any(v < 1 or v != w for v, w in zip(out, values)):
-        raise ValueError(f"{what} must be a non-empty list of positive integers, got {list(values)!r}")
-    return out
+    if not len(values):
+        raise ValueError(f"{what} must be a non-empty list of positive ints, got {list(values)!r}")
+    return tuple(positive_int(f"{what} {list(values)!r}: entry {i}", v) for i, v in enumerate(values))
 
 
 def padded_shape(shape: Sequence[int], tile: Sequence[int]) -> tuple[int, ...]:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+from scalelib.validate import positive_int
+
 
 class OutOfBlocks(RuntimeError):
     """More blocks were asked for than are free."""
@@ -29,11 +31,9 @@ class BlockPool:
     """``num_blocks`` blocks of ``block_size`` token slots each."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        for name, v in (("num_blocks", num_blocks), ("block_size", block_size)):
-            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        self.num_blocks, self.block_size = num_blocks, block_size
-        self.refcount = [0] * num_blocks
+        self.num_blocks = positive_int("num_blocks", num_blocks)
+        self.block_size = positive_int("block_size", block_size)
+        self.refcount = [0] * self.num_blocks
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))  # front is reused first
 
     @property

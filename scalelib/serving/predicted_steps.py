@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from scalelib import hardware as hw
-from scalelib.inference import memory as mem
+from scalelib.inference import replica_memory
 from scalelib.inference import step_time as st
 from scalelib.machine import MeasuredRoofline
 from scalelib.serving.engine import StepRecord
@@ -29,7 +29,8 @@ def measured_chip(fit: MeasuredRoofline, name: str = "this machine") -> hw.Chip:
 def predicted_decode_step(cfg: TransformerConfig, chip: hw.Chip, batch: int, context: int,
                           value_bytes: float = 4) -> st.DecodeStepTime:
     """Chapter 7's generate step for ``batch`` sequences of ``context`` cached tokens on one ``chip``."""
-    return st.model_decode_step_time(cfg, mem.Replica(chip, 1), batch, context, weights=value_bytes, kv=value_bytes)
+    return st.model_decode_step_time(cfg, replica_memory.Replica(chip, 1), batch, context, weights=value_bytes,
+                                     kv=value_bytes)
 
 
 def decode_step_times(records: Sequence[StepRecord]) -> dict[int, list[float]]:

@@ -1,10 +1,10 @@
-"""GPU chip records (scalelib.gpus.specs): counts, rates and memories against the book's tables, one source of
+"""GPU chip records (scalelib.gpus.gpu_specs): counts, rates and memories against the book's tables, one source of
 truth with scalelib.hardware, and clear errors for what the book does not give."""
 
 import pytest
 
 from scalelib import hardware as hw
-from scalelib.gpus import specs as gs
+from scalelib.gpus import gpu_specs as gs
 
 
 def test_each_gpu_reads_its_shared_figures_from_the_hardware_record():

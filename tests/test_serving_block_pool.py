@@ -1,10 +1,10 @@
-"""scalelib.serving.blocks: reference counts, the free queue's order, and its invariants under random use."""
+"""scalelib.serving.block_pool: reference counts, the free queue's order, and its invariants under random use."""
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scalelib.serving.blocks import BlockPool, OutOfBlocks
+from scalelib.serving.block_pool import BlockPool, OutOfBlocks
 from tests.serving_common import no_block_leaks  # noqa: F401
 
 

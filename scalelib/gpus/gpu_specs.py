@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from scalelib import hardware as hw
-from scalelib.validate import positive
+from scalelib.validate import positive, positive_int
 
 KIB, MIB = 2**10, 2**20
 THREADS_PER_WARP = 32
@@ -122,8 +122,7 @@ class GpuSpec:
     def sms_used(self, elements: int) -> int:
         """SMs an elementwise kernel of ``elements`` items keeps busy with one item per CUDA core: at most every SM
         (1024 fp32 items fill only 8 of an H100's 132 SMs; the book's Quiz 1, Q7)."""
-        if not (isinstance(elements, int) and not isinstance(elements, bool) and elements >= 1):
-            raise ValueError(f"elements must be a positive int, got {elements!r}")
+        elements = positive_int("elements", elements)
         return min(-(-elements // self.fp32_cores_per_sm), self.sms)
 
     def clock_from_vector_flops(self, fma_flops_per_s: float) -> float:
@@ -165,8 +164,7 @@ class GpuSpec:
 
     def resident_warps(self, registers_per_thread: int) -> int:
         """Warps whose registers fit in one SM's register file at once (8 at 256 registers a thread)."""
-        if not (isinstance(registers_per_thread, int) and registers_per_thread > 0):
-            raise ValueError(f"registers_per_thread must be a positive int, got {registers_per_thread!r}")
+        registers_per_thread = positive_int("registers_per_thread", registers_per_thread)
         return self.register_file_per_sm_bytes // (REGISTER_BYTES * THREADS_PER_WARP * registers_per_thread)
 
 

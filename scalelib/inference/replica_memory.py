@@ -21,7 +21,7 @@ from scalelib.hardware import Chip, Dtype
 from scalelib.topology import Slice
 from scalelib.transformer_memory import kv_bytes
 from scalelib.transformer_memory import kv_cache_bytes_per_token as kv_bytes_per_token
-from scalelib.validate import non_negative, positive
+from scalelib.validate import non_negative, positive, positive_int
 
 # Defined once elsewhere, under the names the serving chapters use: ``dtype_bytes`` (scalelib.dtypes),
 # ``kv_bytes_per_token`` and ``kv_bytes`` (scalelib.transformer_memory), ``chips_to_hold`` (scalelib.hardware).
@@ -43,8 +43,7 @@ class Replica:
     chips: int
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.chips, int) and self.chips >= 1):
-            raise ValueError(f"chips must be a positive int, got {self.chips!r}")
+        object.__setattr__(self, "chips", positive_int("chips", self.chips))
 
     @property
     def hbm_bytes(self) -> float:
@@ -118,7 +117,8 @@ def smallest_slice_chips(total_bytes: float, chip: Chip) -> int:
 
 def slice_of(chip: Chip, chips: int) -> Slice:
     """A near-square 2D slice of a power-of-two ``chips`` (8 -> 2x4, 16 -> 4x4, 32 -> 4x8)."""
-    if not (isinstance(chips, int) and chips >= 1 and chips & (chips - 1) == 0):
+    chips = positive_int("chips", chips)
+    if chips & (chips - 1):
         raise ValueError(f"chips must be a power of two (1, 2, 4, 8, ...), got {chips!r}; "
                          "round up with smallest_slice_chips first")
     k = int(math.log2(chips))

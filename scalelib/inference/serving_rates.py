@@ -1,4 +1,4 @@
-"""The serving engine around prefill and generate: queries, servers, caches, dollars.
+"""The serving engine's rates around prefill and generate: queries, servers, caches, dollars.
 
 Book: section 7.4 (interleaved vs disaggregated serving: prefill servers hand their KV caches
 over the network to generate servers; continuous batching refills slots as sequences finish;
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from scalelib import roofline as rl
 from scalelib.hardware import Chip, Dtype
-from scalelib.validate import positive
-from scalelib.inference.memory import Replica
+from scalelib.validate import positive, positive_int
+from scalelib.inference.replica_memory import Replica
 
 SECONDS_PER_HOUR = 3600.0
 
@@ -37,9 +37,7 @@ def tokens_per_s(batch: float, step_s: float) -> float:
 
 def per_chip(rate: float, chips: int) -> float:
     """A replica's rate shared over its chips (what a chip-hour buys)."""
-    if not (isinstance(chips, int) and chips >= 1):
-        raise ValueError(f"chips must be a positive int, got {chips!r}")
-    return rate / chips
+    return rate / positive_int("chips", chips)
 
 
 def decode_time_s(step_s: float, decode_tokens: float) -> float:
@@ -79,7 +77,8 @@ def prefill_servers_per_generate_server(prefill_s: float, step_s: float, batch: 
 def prefix_cache_compute_fraction(prompt_tokens: int, cached_tokens: int) -> float:
     """Share of a prompt's prefill work left when its first ``cached_tokens`` hit the prefix cache
     (token count only; attention's extra cost for later tokens is ignored)."""
-    if not (isinstance(prompt_tokens, int) and prompt_tokens >= 1 and isinstance(cached_tokens, int)
+    positive_int("prompt_tokens", prompt_tokens)
+    if not (isinstance(cached_tokens, int) and not isinstance(cached_tokens, bool)
             and 0 <= cached_tokens <= prompt_tokens):
         raise ValueError(f"need ints 0 <= cached_tokens <= prompt_tokens, prompt_tokens >= 1; got "
                          f"cached_tokens={cached_tokens!r}, prompt_tokens={prompt_tokens!r}")

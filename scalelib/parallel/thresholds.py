@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 from scalelib import roofline
 from scalelib.hardware import Chip, Dtype
+from scalelib.validate import positive_int
 
 
 # ------------------------------------------------------------------ closed-form thresholds
 
 def ici_intensity(chip: Chip, n_axes: int = 1, dtype: Dtype = "bf16") -> float:
     """alpha = C / (n_axes x W_ici bidi): FLOPs per byte the ICI can feed (2550 per axis on v5p)."""
-    if not (isinstance(n_axes, int) and n_axes >= 1):
-        raise ValueError(f"n_axes must be a positive int, got {n_axes!r}")
+    positive_int("n_axes", n_axes)
     return roofline.critical_intensity(chip.flops_per_s(dtype), n_axes * chip.ici_bidi_bytes_per_s)
 
 
@@ -84,16 +84,17 @@ def mixed_fsdp_ways_range(batch_tokens: float, d_ff: float, chips: float, chip: 
 def power_of_two_split(chips: int, fsdp_target: float) -> tuple[int, int]:
     """(X, Y): X the power of two nearest ``fsdp_target`` (in log scale), Y the largest power
     of two with X Y <= chips (chapter 6 turns X ~ 1927 on 8960 chips into 2048 x 4)."""
-    if not (fsdp_target >= 1 and chips >= 1):
-        raise ValueError(f"need fsdp_target >= 1 and chips >= 1, got {fsdp_target!r}, {chips!r}")
+    chips = positive_int("chips", chips)
+    if not fsdp_target >= 1:
+        raise ValueError(f"fsdp_target must be >= 1 (an FSDP degree), got {fsdp_target!r}")
     x = min(2 ** round(math.log2(fsdp_target)), 2 ** int(math.log2(chips)))
     return x, 2 ** int(math.log2(chips // x))
 
 
 def pipeline_bubble_fraction(stages: int, microbatches: int) -> float:
     """Idle share of a GPipe-style schedule: (Z - 1) / (M + Z - 1) for Z stages, M microbatches."""
-    if not (isinstance(stages, int) and stages >= 1 and isinstance(microbatches, int) and microbatches >= 1):
-        raise ValueError(f"stages and microbatches must be positive ints, got {stages!r}, {microbatches!r}")
+    positive_int("stages", stages)
+    positive_int("microbatches", microbatches)
     return (stages - 1) / (microbatches + stages - 1)
 
 
@@ -118,7 +119,6 @@ class DcnBudget:
 
 def dcn_budget(chip: Chip, chips: int, dtype: Dtype = "bf16") -> DcnBudget:
     """Section 5.1.6: hosts = chips / chips per host, each with ``dcn_bytes_per_s_per_host``."""
-    if not (isinstance(chips, int) and chips >= 1):
-        raise ValueError(f"chips must be a positive int, got {chips!r}")
+    chips = positive_int("chips", chips)
     hosts = math.ceil(chips / chip.chips_per_host)
     return DcnBudget(chips, hosts, chips * chip.flops_per_s(dtype), hosts * chip.dcn_bytes_per_s_per_host)
