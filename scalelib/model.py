@@ -49,8 +49,15 @@ def _check_model_config(cfg: TransformerConfig) -> None:
 
 
 def init(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> Params:
-    """Random parameters: weights ~ N(0, 1/fan_in), norm scales 1, biases 0."""
+    """Random parameters: weights ~ N(0, 1/fan_in), norm scales 1, biases 0.
+
+    One compiled program per (config, dtype): called eagerly, each random draw and constant would be a small
+    program of its own to compile (some twenty per model); the values are the same either way."""
     _check_model_config(cfg)
+    return _init_compiled(key, cfg, dtype)
+
+
+def _init(key: jax.Array, cfg: TransformerConfig, dtype: Any) -> Params:
     d, L, n, kh, h, f = cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ff_width
     keys = iter(jax.random.split(key, 16))
 
@@ -102,6 +109,9 @@ def init(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> Pa
     if not cfg.tied_embeddings:
         params["unembed"] = w((d, cfg.vocab_size), d)  # [D, V]
     return params
+
+
+_init_compiled = jax.jit(_init, static_argnums=(1, 2))
 
 
 def param_shapes(cfg: TransformerConfig, dtype: Any = jnp.float32) -> Params:

@@ -60,8 +60,16 @@ def adam_update(hp: Adam, grads: Params, opt: AdamState, params: Params) -> tupl
 
 
 def init_state(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> TrainState:
+    """Random parameters (``model.init``) and Adam's zero moments, as one compiled program per (config, dtype)."""
+    return _init_state_compiled(key, cfg, dtype)  # (a config model.init refuses raises while it is traced)
+
+
+def _init_state(key: jax.Array, cfg: TransformerConfig, dtype: Any) -> TrainState:
     params = model.init(key, cfg, dtype)
     return TrainState(params=params, opt=adam_init(params))
+
+
+_init_state_compiled = jax.jit(_init_state, static_argnums=(1, 2))
 
 
 def loss_and_grads(params: Params, tokens: jax.Array, cfg: TransformerConfig,
