@@ -30,6 +30,9 @@ SPLIT = {
     "test_parallel_schemes.py": None,  # each parameter (a scheme case) its own group
     "test_parallel_selfcheck.py": "test_other_splits_of_8_devices",  # each of its launches; the rest share one
 }
+# Files that share something made once per process (tests/trace_cases.py's captured traces, the serving tests'
+# model and compiled steps in tests/serving_common.py) form one group: made once, on one worker.
+JOIN = ("test_profiling_trace_", "test_serving_")
 # Seconds each group took in a full run on a quiet 2-core machine (`--durations`), for the order only: a group
 # not listed runs after these, in the collection's order; a wrong figure costs time, never a result.
 LONG_GROUPS_S = {
@@ -58,17 +61,23 @@ LONG_GROUPS_S = {
     "test_serving_speculative.py": 22,
     "test_kernel.py": 22,
     "test_launch.py": 20,
+    "test_profiling_trace_*.py": 45,
+    "test_serving_*.py": 40,
 }
 
 
 def work_group(nodeid: str) -> str:
-    """The group of a test id: its file, or for the files in SPLIT its file and parameters."""
+    """The group of a test id: its file, the files of its JOIN prefix, or for the files in SPLIT its file and
+    parameters."""
     path, _, rest = nodeid.partition("::")
-    name = path.rsplit("/", 1)[-1]
+    folder, _, name = path.rpartition("/")
+    joined = next((prefix for prefix in JOIN if name.startswith(prefix)), None)
+    if joined:
+        return f"{folder}/{joined}*.py"
     func, _, param = rest.partition("[")
     if name not in SPLIT or not param or SPLIT[name] not in (None, func):
         return path
-    return f"{path}[{param.rstrip(']')}"
+    return f"{path}[{param.rstrip(']')}]"
 
 
 def _seconds(nodeid: str) -> float:
