@@ -88,13 +88,22 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -_seconds(item.nodeid))  # stable: within a group, as collected
 
 
-def pytest_xdist_make_scheduler(config, log):
-    if config.getvalue("dist") != "loadfile":
-        return None  # any other --dist: xdist's own
-    from xdist.scheduler import LoadScopeScheduling
+class _Groups:
+    """The scheduler hook, registered only where xdist runs (an unknown hook would stop `-p no:xdist`)."""
 
-    class Groups(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_group(nodeid)
+    @staticmethod
+    def pytest_xdist_make_scheduler(config, log):
+        if config.getvalue("dist") != "loadfile":
+            return None  # any other --dist: xdist's own
+        from xdist.scheduler import LoadScopeScheduling
 
-    return Groups(config, log)
+        class Groups(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return work_group(nodeid)
+
+        return Groups(config, log)
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_Groups(), "scalelib-test-groups")
