@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -64,6 +64,16 @@ def drop_gloo_chatter(line: str, after_chatter: bool = False) -> str | None:
     if _GLOO_ONLY.fullmatch(line):
         return None
     return _GLOO_TAIL.sub("", line)
+
+
+def without_gloo_chatter(lines: Iterable[str]) -> Iterator[str]:
+    """The lines of one stream (newlines stripped) without gloo's chatter, each judged with the line before it."""
+    after_chatter = False
+    for line in lines:
+        text = drop_gloo_chatter(line, after_chatter)
+        after_chatter = text != line
+        if text is not None:
+            yield text
 
 
 # A process's first collective over a new group of devices waits at most 30 s (fixed in JAX's gloo
@@ -174,12 +184,7 @@ class _Rank:
             self._forward_lines(pipe, sink, lock)
 
     def _forward_lines(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
-        after_chatter = False
-        for line in pipe:
-            text = drop_gloo_chatter(line.rstrip("\n"), after_chatter)
-            after_chatter = text != line.rstrip("\n")
-            if text is None:
-                continue  # a line that was only gloo's chatter
+        for text in without_gloo_chatter(line.rstrip("\n") for line in pipe):
             with lock:
                 self.tail.append(text)
                 if sink is not None:
