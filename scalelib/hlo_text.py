@@ -124,3 +124,59 @@ def computation_flops(module: Module, name: str, shapes: Mapping[str, tuple[int,
     return sum(dot_flops(i, shapes) + sum(computation_flops(module, c, shapes, seen + (name,))
                                           for c in called_computations(i.rest) if c not in seen)
                for i in module.computations.get(name, ()))
+
+
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+@dataclass(frozen=True)
+class WhileLoop:
+    """One ``while`` instruction: its trip count where XLA knows it (a rolled loop's
+    ``known_trip_count``) and every opcode its body runs, through the computations the body calls."""
+
+    name: str
+    trip_count: int | None
+    body_opcodes: frozenset[str]
+
+
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}|(?:true|false)_computation=%?([\w.\-]+)")
+
+
+def branch_computations(rest: str) -> list[str]:
+    """The branches a ``conditional`` may run, from the text after its opcode (one of them runs)."""
+    return [name.strip().lstrip("%") for listed, single in _BRANCHES.findall(rest)
+            for name in (listed.split(",") if listed else [single]) if name.strip()]
+
+
+def computation_opcodes(module: Module, name: str, seen: tuple[str, ...] = ()) -> frozenset[str]:
+    """Opcodes of computation ``name`` and of every computation it may run, a conditional's branches
+    included (a computation already on the path is not entered again)."""
+    out: set[str] = set()
+    for i in module.computations.get(name, ()):
+        out.add(i.opcode)
+        for c in called_computations(i.rest) + branch_computations(i.rest):
+            if c not in seen and c != name:
+                out |= computation_opcodes(module, c, seen + (name,))
+    return frozenset(out)
+
+
+def while_loops(module: Module) -> tuple[WhileLoop, ...]:
+    """Every ``while`` of the module, in text order. XLA adds loops of its own (a scatter it expands
+    into one, for instance), so a loop is told apart by what its body runs."""
+    out = []
+    for instrs in module.computations.values():
+        for i in instrs:
+            if i.opcode != "while":
+                continue
+            body = re.search(r"\bbody=%?([\w.\-]+)", i.rest)
+            trips = _TRIP_COUNT.search(i.rest)
+            out.append(WhileLoop(i.name, int(trips.group(1)) if trips else None,
+                                 computation_opcodes(module, body.group(1)) if body else frozenset()))
+    return tuple(out)
+
+
+def collective_loop_trips(text: str) -> list[int | None]:
+    """Trip counts of the compiled program's loops whose bodies run a collective, in text order: a
+    pipeline's rolled tick loop, for one (book section 5). Loops XLA adds without collectives are left out."""
+    module = parse_module(strip_index_comments(text))
+    return [lp.trip_count for lp in while_loops(module) if lp.body_opcodes & COLLECTIVE_OPCODES]

@@ -46,3 +46,36 @@ def test_array_bytes_called_computations_and_flops():
     assert ht.operand_names(loop.rest) == ("init",)
     assert ht.computation_flops(module, "main.2", module.shapes()) == pytest.approx(2 * 8 * 16 * 16)
     assert "all-gather-start" in ht.COLLECTIVE_OPCODES and "collective-broadcast" in ht.COLLECTIVE_OPCODES
+
+
+def test_while_loops_and_what_their_bodies_run():
+    module = ht.parse_module(ht.strip_index_comments(MODULE))
+    (loop,) = ht.while_loops(module)
+    assert loop.name == "loop" and loop.trip_count is None  # no known_trip_count in its attributes
+    assert {"dot", "constant", "tuple"} <= loop.body_opcodes and "all-gather-start" not in loop.body_opcodes
+    assert ht.branch_computations("%i, %a, %b), branch_computations={%left, %right.2}, metadata={}") == [
+        "left", "right.2"]
+    assert ht.branch_computations("%p, %a, %b), true_computation=%yes, false_computation=%no") == ["yes", "no"]
+
+
+def test_while_loops_of_a_compiled_program():
+    """A rolled loop of 5 steps whose body runs a permute only in one branch of a conditional: the loop's trip
+    count and the collective reached through the branch."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    from scalelib import compat
+
+    mesh = compat.make_mesh((2,), ("x",), kind="auto", devices=jax.devices()[:2])
+
+    def body(i, v):
+        return jax.lax.cond(i % 2 == 0, lambda a: jax.lax.ppermute(a, "x", [(0, 1), (1, 0)]), lambda a: a + 1.0, v)
+
+    fn = jax.jit(jax.shard_map(lambda v: jax.lax.fori_loop(0, 5, body, v), mesh=mesh, in_specs=P("x"),
+                               out_specs=P("x")))
+    x = jax.device_put(jnp.ones(8), jax.sharding.NamedSharding(mesh, P("x")))  # [8], 4 per device
+    text = fn.lower(x).compile().as_text()
+    loops = ht.while_loops(ht.parse_module(ht.strip_index_comments(text)))
+    holding = [lp for lp in loops if lp.body_opcodes & ht.COLLECTIVE_OPCODES]
+    assert [lp.trip_count for lp in holding] == [5], loops

@@ -79,9 +79,40 @@ def test_collective_differences_are_reported():
     permute = Collective("collective_permute", ("stage",), 32, 10)
     permutes = [permute, permute, Collective("all_reduce", ("stage",), 4)]
     loop = [CollectiveOp("collective_permute", None, 32)] * 2 + [CollectiveOp("all_reduce", ("stage",), 4)]
-    assert compare.collectives(loop, permutes, "loop", '"known_trip_count":{"n":"10"}') == []
-    assert compare.collectives(loop, permutes, "loop", '"known_trip_count":{"n":"9"}') == [
-        "loop trip counts ['9'], predicted [10] ticks"]
+    assert compare.collectives(loop, permutes, "loop", _loops_hlo(10)) == []
+    assert compare.collectives(loop, permutes, "loop", _loops_hlo(9)) == [
+        "trip counts of the loops holding collectives [9], predicted one loop of 10 ticks"]
+    # the all-reduce inside a loop too: two loops hold collectives
+    assert compare.collectives(loop, permutes, "loop", _loops_hlo(10, reduce_in_a_loop=True)) == [
+        "trip counts of the loops holding collectives [16, 10], predicted one loop of 10 ticks"]
+
+
+def _loops_hlo(ticks: int, reduce_in_a_loop: bool = False) -> str:
+    """A compiled pipeline's shape: the tick loop (its body calls a computation holding a permute) and a loop
+    of XLA's own (an expanded scatter, no collective), unless that one holds the all-reduce."""
+    extra = "  %ar = f32[4]{0} all-reduce(f32[4]{0} %x), to_apply=%add\n" if reduce_in_a_loop else ""
+    return f"""HloModule m
+%tick (p: f32[4]) -> f32[4] {{
+  %p = f32[4]{{0}} parameter(0)
+  ROOT %cp = f32[4]{{0}} collective-permute(f32[4]{{0}} %p), source_target_pairs={{{{0,1}},{{1,0}}}}
+}}
+%body (t: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %t = (s32[], f32[4]{{0}}) parameter(0)
+  %c = f32[4]{{0}} call(f32[4]{{0}} %y), to_apply=%tick
+  ROOT %r = (s32[], f32[4]{{0}}) tuple(s32[] %i, f32[4]{{0}} %c)
+}}
+%scatter_body (t: (s32[], f32[4])) -> (s32[], f32[4]) {{
+  %x = f32[4]{{0}} parameter(0)
+{extra}  ROOT %r = (s32[], f32[4]{{0}}) tuple(s32[] %i, f32[4]{{0}} %x)
+}}
+ENTRY %main (a: f32[4]) -> f32[4] {{
+  %w0 = (s32[], f32[4]{{0}}) while((s32[], f32[4]{{0}}) %a), condition=%cond, body=%scatter_body, \
+backend_config={{"known_trip_count":{{"n":"16"}}}}
+  %w1 = (s32[], f32[4]{{0}}) while((s32[], f32[4]{{0}}) %b), condition=%cond, body=%body, \
+backend_config={{"known_trip_count":{{"n":"{ticks}"}}}}
+  ROOT %o = f32[4]{{0}} get-tuple-element((s32[], f32[4]{{0}}) %w1), index=1
+}}
+"""
 
 
 def test_axes_that_cross_processes():
