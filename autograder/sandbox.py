@@ -658,7 +658,10 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
             return None
         except InterruptedError:
             continue
-        if done:
+        if done:  # an OOM kill of the namespace's PID 1 ends it at once: say it before the grader asks why
+            if group is not None and group.oom_kills() > ooms:
+                with contextlib.suppress(OSError):
+                    oom_note(scratch).write_text(str(group.oom_kills()))
             return status
         if disk is not None and not announced and disk.ready():
             with contextlib.suppress(OSError):  # whole or not at all: the grader reads it as soon as it exists
