@@ -532,9 +532,10 @@ def test_an_oom_kill_that_ends_the_sandbox_is_noted_before_the_launcher_returns(
         def members(self):
             return []
 
-    child = os.fork()
-    if child == 0:
-        os._exit(137)
-    time.sleep(0.3)  # ended before the launcher's first look
+    child = subprocess.Popen(["sh", "-c", "exit 137"]).pid
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] != "Z":  # ended before the first look
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     assert sandbox._watch(child, 0, {"scratch": str(tmp_path)}, None, Group()) is not None
     assert sandbox.oom_note(tmp_path).read_text() == "1"
