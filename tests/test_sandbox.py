@@ -524,18 +524,27 @@ def test_a_child_killed_by_the_memory_limit_is_said_in_the_row_and_log(tmp_path)
 
 def test_an_oom_kill_that_ends_the_sandbox_is_noted_before_the_launcher_returns(tmp_path):
     """The OOM killer may stop the namespace's PID 1 between two of the launcher's polls: the sandbox then ends at
-    once, and the launcher writes the OOM note on its way out, so the student's row names the memory limit."""
-    class Group:  # a memory cgroup whose OOM counter went up
-        def oom_kills(self):
-            return 1
+    once, and the launcher writes the OOM note on its way out, so the student's row names the memory limit. (Run in
+    a process of its own, whose only child is the one watched.)"""
+    code = """
+import subprocess, sys, time
+from pathlib import Path
+from autograder import sandbox
 
-        def members(self):
-            return []
+class Group:  # a memory cgroup whose OOM counter went up
+    def oom_kills(self):
+        return 1
 
-    child = subprocess.Popen(["sh", "-c", "exit 137"]).pid
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] != "Z":  # ended before the first look
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-    assert sandbox._watch(child, 0, {"scratch": str(tmp_path)}, None, Group()) is not None
+    def members(self):
+        return []
+
+proc = subprocess.Popen(["sh", "-c", "exit 137"])  # kept: a collected Popen reaps its ended child
+child = proc.pid
+while Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] != "Z":  # ended before the first look
+    time.sleep(0.01)
+print(sandbox._watch(child, 0, {"scratch": sys.argv[1]}, None, Group()))
+"""
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.strip() != "None", done.stdout + done.stderr
     assert sandbox.oom_note(tmp_path).read_text() == "1"
