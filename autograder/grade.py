@@ -49,6 +49,14 @@ from autograder.student import Shared, grade_student, groups, replay_steps, scre
 from autograder.trusted import TrustedContext
 from scalelib import exercise
 
+# Imported whole here, before any of the grader's threads starts: the trusted context's set-up cell and the threads
+# that start kernels or judge students can import IPython for the first time at once, and one of them then finds
+# it half-initialized ("cannot import name 'locate_profile' from partially initialized module").
+with contextlib.suppress(ImportError):
+    import IPython
+    import IPython.core.history
+    import IPython.display  # noqa: F401
+
 GRADER_VERSION = "6"  # 5: identity from the uploader's folder, one-to-one file stems; 6: objects keep their class
 STATUSES = tuple(s.value for s in Status)
 
