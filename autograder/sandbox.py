@@ -658,10 +658,14 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
             return None
         except InterruptedError:
             continue
-        if done:  # an OOM kill of the namespace's PID 1 ends it at once: say it before the grader asks why
-            if group is not None and group.oom_kills() > ooms:
-                with contextlib.suppress(OSError):
-                    oom_note(scratch).write_text(str(group.oom_kills()))
+        # before the exit: an OOM kill of the namespace's PID 1 ends it at once, and the grader then asks why
+        if group is not None and group.oom_kills() > ooms:
+            ooms = group.oom_kills()
+            with contextlib.suppress(OSError):
+                oom_note(scratch).write_text(str(ooms))
+            print(f"sandbox: over the memory limit of {memory_mb} MB (all its processes together); the OOM killer "
+                  f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
+        if done:
             return status
         if disk is not None and not announced and disk.ready():
             with contextlib.suppress(OSError):  # whole or not at all: the grader reads it as soon as it exists
@@ -669,12 +673,6 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
                 part.write_text(str(kernel))
                 os.replace(part, kernel_note(scratch))
             announced = True
-        if group is not None and group.oom_kills() > ooms:
-            ooms = group.oom_kills()
-            with contextlib.suppress(OSError):
-                oom_note(scratch).write_text(str(ooms))
-            print(f"sandbox: over the memory limit of {memory_mb} MB (all its processes together); the OOM killer "
-                  f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
         if not killed:
             members = group.members() if group is not None else (_namespace_members(ns) if ns else [])
             why = ""
