@@ -49,14 +49,6 @@ from autograder.student import Shared, grade_student, groups, replay_steps, scre
 from autograder.trusted import TrustedContext
 from scalelib import exercise
 
-# Imported whole here, before any of the grader's threads starts: the trusted context's set-up cell and the threads
-# that start kernels or judge students can import IPython for the first time at once, and one of them then finds
-# it half-initialized ("cannot import name 'locate_profile' from partially initialized module").
-with contextlib.suppress(ImportError):
-    import IPython
-    import IPython.core.history
-    import IPython.display  # noqa: F401
-
 GRADER_VERSION = "6"  # 5: identity from the uploader's folder, one-to-one file stems; 6: objects keep their class
 STATUSES = tuple(s.value for s in Status)
 
@@ -83,6 +75,13 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
     """Everything per chapter, once per run: the trusted context (started in a thread), each surface's library,
     the replay steps, the exercise groups and a warm pool of kernels. (``unrestricted``: also a group with all
     of scalelib, for tests that prove a delegating answer would pass if it could reach the library.)"""
+    # IPython is imported whole before the threads below start: the trusted context's set-up cell and the threads
+    # that start kernels or judge students could import it for the first time at once, and one of them would find it
+    # half-initialized ("cannot import name 'locate_profile' from partially initialized module").
+    with contextlib.suppress(ImportError):
+        import IPython
+        import IPython.core.history
+        import IPython.display  # noqa: F401
     by_declaration: dict[frozenset[surface.Item], surface.Surface] = {}
     surfaces = {}
     for eid, ex in chapter.exercises.items():
