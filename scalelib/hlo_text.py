@@ -127,6 +127,7 @@ def computation_flops(module: Module, name: str, shapes: Mapping[str, tuple[int,
 
 
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_BODY = re.compile(r"\bbody=%?([\w.\-]+)")
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def while_loops(module: Module) -> tuple[WhileLoop, ...]:
         for i in instrs:
             if i.opcode != "while":
                 continue
-            body = re.search(r"\bbody=%?([\w.\-]+)", i.rest)
+            body = _BODY.search(i.rest)
             trips = _TRIP_COUNT.search(i.rest)
             out.append(WhileLoop(i.name, int(trips.group(1)) if trips else None,
                                  computation_opcodes(module, body.group(1)) if body else frozenset()))
