@@ -6,7 +6,8 @@ program (or a student) can compute with. ``jax.profiler.trace`` writes an ``.xpl
 timed events with stats. JAX parses it with ``jax.profiler.ProfileData``; ``read`` keeps the XLA ops:
 
 * On simulated CPU devices every op is an event on an executor thread of the ``/host:CPU`` plane,
-  with stats naming the HLO op (``hlo_op``), its module, the device it ran for (``device_ordinal``)
+  with stats naming the HLO op (``hlo_op``), its module (``hlo_module``; ``program_id`` tells apart
+  programs of one name, such as two ``jit__lambda``), the device it ran for (``device_ordinal``)
   and the execution it belongs to (``run_id``: one per step, shared by all devices). A thread is not a
   device (one thread serves several devices over a run), so records are grouped by that stat. A
   collective holds a ``Rendezvous`` event: the time it waited for the other devices to arrive, with
@@ -119,16 +120,23 @@ def _load(source: bytes | str | os.PathLike) -> tuple[bytes, str]:
     return path.read_bytes(), str(path)
 
 
+def _module_run(ev: Any) -> tuple[int, str, str | None]:
+    """(start, module, program id) of an ``XLA Modules`` event such as "jit_step(7)"."""
+    named = re.fullmatch(r"(.*?)(?:\((\d+)\))?", ev.name)
+    assert named is not None  # the pattern matches every string
+    return ev.start_ns, named.group(1), named.group(2)
+
+
 def _events(pd: Any) -> list[dict]:
     """Every XLA op event of a parsed XSpace, as mutable dicts (module, device, run, times, waits)."""
     ops: list[dict] = []
     for plane in pd.planes:
         dev_plane = _DEVICE_PLANE.match(plane.name)
         platform = dev_plane.group(1).lower() if dev_plane else "cpu"
-        modules = []  # (start, name) of each program run on a device plane, e.g. "jit_step(7)" -> "jit_step"
+        modules = []  # (start, name, program id) of each program run on a device plane: "jit_step(7)"
         for line in plane.lines:
             if dev_plane and line.name == "XLA Modules":
-                modules += sorted((ev.start_ns, re.sub(r"\(\d+\)$", "", ev.name)) for ev in line.events)
+                modules += sorted((_module_run(ev) for ev in line.events), key=lambda m: m[0])
         for line in plane.lines:
             open_op: dict | None = None
             on_device_ops = bool(dev_plane) and line.name == "XLA Ops"
@@ -139,13 +147,14 @@ def _events(pd: Any) -> list[dict]:
                         open_op["container"] = True  # a loop or call around this op
                     device = stats.get("device_ordinal", dev_plane.group(2) if dev_plane else 0)
                     open_op = {"name": str(stats.get("hlo_op", ev.name)), "module": str(stats.get("hlo_module", "")),
-                               "device": int(device or 0),
+                               "device": int(device or 0), "program": stats.get("program_id"),
                                "run": stats.get("run_id"), "start": ev.start_ns, "end": ev.start_ns + ev.duration_ns,
                                "wait": 0.0, "peers": (), "thread": line.name, "platform": platform}
                     if open_op["run"] is None:  # a device plane: the step is the module run around the op
                         before = [m for m in modules if m[0] <= ev.start_ns]
                         open_op["run"] = len(before)
                         open_op["module"] = open_op["module"] or (before[-1][1] if before else "")
+                        open_op["program"] = before[-1][2] if before else None
                     ops.append(open_op)
                 elif ev.name == "Rendezvous" and open_op is not None and ev.start_ns < open_op["end"]:
                     open_op["wait"] += ev.duration_ns
@@ -153,6 +162,30 @@ def _events(pd: Any) -> list[dict]:
                     if peers:
                         open_op["peers"] = tuple(int(p) for p in peers.group(1).replace(" ", "").split(",") if p)
     return [op for op in ops if not op.get("container")]
+
+
+def _one_program(module: str, events: list[dict], index: dict[str, HloInstruction]) -> list[dict]:
+    """The events of the one program that was traced, among programs that share its module name.
+
+    A trace records every program the process ran, and module names are not unique: every
+    ``jax.jit(lambda ...)`` is ``jit__lambda``. When another thread runs such a namesake during a
+    capture, the trace's program ids tell the two apart, and the compiled HLO picks the one traced:
+    the program all of whose ops are its instructions.
+    """
+    programs = sorted({str(e["program"]) for e in events if e["program"] is not None})
+    if len(programs) < 2:
+        return events
+    if index:
+        fits = [p for p in programs if all(e["name"] in index for e in events if str(e["program"]) == p)]
+        if len(fits) == 1:
+            return [e for e in events if e["program"] is None or str(e["program"]) == fits[0]]
+        if not fits:
+            return events  # none is the HLO given: read() says which ops it lacks
+    raise TraceError(f"the trace holds ops of {len(programs)} programs named {module!r} (program ids "
+                     f"{', '.join(programs)}){' whose ops all match the HLO given' if index else ''}: several "
+                     "programs of that name ran while the trace was taken. Trace with nothing else running "
+                     "in the process, or give each function its own name (def step(...) rather than a lambda)"
+                     f"{'' if index else ' and pass hlo_text= the compiled program traced (a Capture carries it)'}")
 
 
 def read(source: Capture | bytes | str | os.PathLike, hlo_text: str | None = None,
@@ -189,7 +222,7 @@ def read(source: Capture | bytes | str | os.PathLike, hlo_text: str | None = Non
             raise TraceError(f"the trace holds ops of several programs {found}; pass module= the one to read "
                              "(or hlo_text= its compiled HLO)")
         module = named[0] if named else ""
-    events = [e for e in events if e["module"] in (module, "")]
+    events = _one_program(module, [e for e in events if e["module"] in (module, "")], index)
     if not events:
         raise TraceError(f"the trace holds no XLA ops of module {module!r} (ops per module: {found or 'none'}). "
                          "Call the jitted program once before the trace (to compile) and again inside it, "
