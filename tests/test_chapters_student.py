@@ -19,6 +19,7 @@ from nbclient import NotebookClient
 
 from autograder import course, release
 from scalelib import exercise
+from tests.conftest import FAST_COMPILE_XLA_FLAGS
 
 pytestmark = pytest.mark.student
 
@@ -48,6 +49,9 @@ def _execute(nb, cwd, allow_errors=False):
 def student_kernel_env(monkeypatch):
     monkeypatch.delenv(exercise.STRICT_ENV, raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # a student's runtime compiles at XLA's defaults, not with the suite's fast-compile flags (tests/conftest.py)
+    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in FAST_COMPILE_XLA_FLAGS]
+    monkeypatch.setenv("XLA_FLAGS", " ".join(kept))
 
 
 def _text(cell) -> str:

@@ -1,8 +1,11 @@
-"""tests/conftest.py: how the suite is split between its two workers."""
+"""tests/conftest.py: how the suite is split between its two workers, and the compile flag it runs under."""
 
+import os
 from pathlib import Path
 
-from tests.conftest import JOIN, LONG_GROUPS_S, SPLIT, work_group
+import pytest
+
+from tests.conftest import FAST_COMPILE_XLA_FLAGS, JOIN, LONG_GROUPS_S, SPLIT, work_group
 
 TESTS = Path(__file__).parent
 
@@ -28,3 +31,38 @@ def test_every_named_file_exists():
     for group in LONG_GROUPS_S:
         name = group.split("[")[0]
         assert list(TESTS.glob(name)), group
+
+
+@pytest.mark.skipif(os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0"), reason="run at XLA's defaults")
+def test_the_suite_compiles_with_llvm_optimizations_off():
+    assert set(FAST_COMPILE_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())  # inherited by what the suite starts
+
+
+def test_the_fast_compile_flag_changes_no_hlo_cost_or_memory():
+    """What the suite's checks read from a compiled program (its optimized HLO text, cost analysis and memory
+    analysis) is the same at LLVM level 0 as at XLA's default level 3, here for a tensor-parallel training step
+    (collectives, fusions, a scan over layers)."""
+    import jax
+
+    from scalelib import compat, model, train
+    from scalelib.parallel.tensor import TensorParallel
+
+    cfg, scheme = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8), TensorParallel()
+    mesh = compat.make_mesh((2, 4), scheme.mesh_axes)
+    state, tokens = scheme.shard_inputs(train.init_state(jax.random.key(0), cfg),
+                                        train.batch(jax.random.key(1), cfg, 8, 16), mesh)
+    lowered = scheme.make_step(cfg, mesh, train.Adam()).lower(state, tokens)
+
+    def read(level: int) -> tuple:
+        compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": level})
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        memory = compiled.memory_analysis()
+        return (compiled.as_text(), {k: cost[k] for k in ("flops", "bytes accessed")},
+                (memory.temp_size_in_bytes, memory.argument_size_in_bytes, memory.output_size_in_bytes))
+
+    fast, default = read(0), read(3)
+    assert fast[0] == default[0]
+    assert fast[1:] == default[1:]
+    with pytest.raises(Exception, match="xla_backend_optimization_levels"):  # the options are read, not ignored
+        lowered.compile(compiler_options={"xla_backend_optimization_levels": 0})
