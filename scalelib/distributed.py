@@ -311,6 +311,18 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(one, tree)
 
 
+def broadcast_from_first(tree: Any) -> Any:
+    """``tree`` as process 0 holds it, as numpy arrays on every process: one sum over every device of process 0's
+    values and the others' zeros (``multihost_utils.broadcast_one_to_all``). The other processes pass a tree of the
+    same structure, shapes and dtypes; their values are not used. A collective: call it on all processes together."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    if jax.process_count() == 1:
+        return jax.tree.map(np.asarray, tree)
+    return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(tree))
+
+
 def barrier(name: str) -> None:
     """Wait until every process reaches this point (a no-op alone).
 

@@ -55,6 +55,8 @@ if info.process_id == 1:
     if mode in ("hang", "never_joins"):
         time.sleep(600)  # HANG_LINE: rank 0 waits for it in the next collective
 print("second", distributed.to_host(total(2 * x)))
+if mode == "exit3":  # every rank gets rank 0's tree
+    print("from rank 0:", distributed.broadcast_from_first({"id": np.full(2, 7.0 + info.process_id)})["id"])
 if mode == "exit3" and info.process_id == 1:
     import subprocess  # a child in a session of its own, left behind: the launcher must still end it
     subprocess.Popen(["sleep", "600"], start_new_session=True)
@@ -117,6 +119,7 @@ def test_all_ranks_output_and_first_nonzero_status(faults, never_joins):
     for rank in (0, 1):
         assert f"[{rank}] first 120.0 on process {rank} of 2 (scalelib.launch): 4 of 8 cpu devices" in out
         assert f"[{rank}] second 240.0" in out
+        assert f"[{rank}] from rank 0: [7. 7.]" in out  # distributed.broadcast_from_first
     assert "[Gloo]" not in out  # jax 0.10's connection chatter is dropped
 
 

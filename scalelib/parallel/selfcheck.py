@@ -11,10 +11,10 @@ both sequence methods, and the three collective matmuls) builds its inputs per p
 (``distributed.from_host`` for the state every process can make from the same seed,
 ``distributed.from_process_rows`` for the rows of the batch its devices hold), runs the scheme's step on
 a mesh spanning every process, gathers the results (``distributed.to_host``) and compares them with
-the same step on one local device: the loss and weights after each of 3 steps, the first step's
-gradients and the last Adam moments, at the tolerances of tests/test_parallel_schemes.py and
-tests/test_collective_matmul.py. The compiled program's collectives are held against the scheme's
-prediction as those tests do.
+the same step on one device (run by process 0, which sends its results to every process): the loss and
+weights after each of 3 steps, the first step's gradients and the last Adam moments, at the tolerances of
+tests/test_parallel_schemes.py and tests/test_collective_matmul.py. The compiled program's collectives
+are held against the scheme's prediction as those tests do.
 
 Any job of 2 or more devices, split over any number of processes with the same count each, is checked:
 the meshes are laid out for the job (``plan``). Each mesh takes the same number of devices from every
@@ -209,30 +209,54 @@ def spread_devices(n: int) -> list:
                                              key=lambda d: d.id)[:n // len(procs)]]
 
 
-@functools.cache
-def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> tuple[Any, np.ndarray, list, Any, Any]:
-    """Host (state, tokens) and, on this process's first device, [(loss, params)] after each step,
-    the first step's gradients and the last Adam moments. No scheme overrides ``reference_step``, so
-    this is ``train.make_step``'s arithmetic, compiled once with the gradients as an extra output."""
-    import jax
-
-    from scalelib import distributed, train
+def _reference_step(cfg: TransformerConfig, hp: train.Adam) -> Callable:
+    """``train.make_step``'s arithmetic (no scheme overrides ``reference_step``) with the gradients as an extra
+    output."""
+    from scalelib import train
 
     def step(state: train.TrainState, tokens: jax.Array) -> tuple[train.TrainState, jax.Array, Any]:
         loss, grads = train.loss_and_grads(state.params, tokens, cfg)
         params, opt = train.adam_update(hp, grads, state.opt, state.params)
         return train.TrainState(params, opt), loss, grads
 
-    # one compiled program each (eagerly, every random array would be a compile of its own)
-    state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
-    tokens = jax.jit(lambda key: train.batch(key, cfg, batch, seq))(jax.random.key(1))
-    compiled, steps, s, first_grads = jax.jit(step), [], state, None
-    for _ in range(STEPS):
-        s, loss, grads = compiled(s, tokens)
-        first_grads = grads if first_grads is None else first_grads
-        steps.append((float(loss), distributed.to_host(s.params)))
-    host = distributed.to_host
-    return host(state), host(tokens), steps, host(first_grads), host(s.opt.nu)
+    return step
+
+
+@functools.cache
+def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> tuple[Any, np.ndarray, list, Any, Any]:
+    """Host (state, tokens), [(loss, params)] after each step, the first step's gradients and the last Adam
+    moments, every leaf a numpy array on every process.
+
+    Process 0 computes them on its first device, compiled once, and sends them to the others (a broadcast over
+    every device); each process then compares its own results with them. The others only trace the step for the
+    shapes they receive: the init and step programs are compiled once per job, not once per process."""
+    import jax
+    import numpy as np
+
+    from scalelib import distributed, train
+
+    step = _reference_step(cfg, hp)
+    if jax.process_index() == 0:
+        # one compiled program each (eagerly, every random array would be a compile of its own)
+        state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
+        tokens = jax.jit(lambda key: train.batch(key, cfg, batch, seq))(jax.random.key(1))
+        compiled, s, losses, params, first_grads = jax.jit(step), state, [], [], None
+        for _ in range(STEPS):
+            s, loss, grads = compiled(s, tokens)
+            first_grads = grads if first_grads is None else first_grads
+            losses.append(loss)
+            params.append(s.params)
+        state, tokens, losses, params, grads, nu = jax.device_get((state, tokens, losses, params, first_grads,
+                                                                    s.opt.nu))
+        out = (state, tokens, np.stack(losses), params, grads, nu)  # losses [STEPS]
+    else:  # zeros of the same shapes and dtypes, replaced by process 0's values
+        state = jax.eval_shape(lambda key: train.init_state(key, cfg), jax.random.key(0))
+        tokens = jax.eval_shape(lambda key: train.batch(key, cfg, batch, seq), jax.random.key(1))
+        after, loss, grads = jax.eval_shape(step, state, tokens)
+        zeros = lambda tree: jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), tree)  # noqa: E731
+        out = zeros((state, tokens, np.zeros((STEPS,), loss.dtype), [after.params] * STEPS, grads, after.opt.nu))
+    state, tokens, losses, params, grads, nu = distributed.broadcast_from_first(out)
+    return state, tokens, [(float(v), p) for v, p in zip(losses, params, strict=True)], grads, nu
 
 
 def setup(case: Case) -> tuple[jax.sharding.Mesh, Any, jax.Array, Any]:
