@@ -78,14 +78,16 @@ def loss_and_grads(params: Params, tokens: jax.Array, cfg: TransformerConfig,
     return jax.value_and_grad(model.loss)(params, tokens, cfg, **forward_kw)
 
 
-def make_step(cfg: TransformerConfig, hp: Adam = Adam(),
-              **forward_kw: Any) -> Callable[[TrainState, jax.Array], tuple[TrainState, jax.Array]]:
-    """The reference step: loss and grads on the whole batch, then Adam."""
+def make_step(cfg: TransformerConfig, hp: Adam = Adam(), return_grads: bool = False,
+              **forward_kw: Any) -> Callable[[TrainState, jax.Array], tuple]:
+    """The reference step: loss and grads on the whole batch, then Adam. It returns ``(state, loss)``, or with
+    ``return_grads`` ``(state, loss, grads)``: the gradients Adam applied, from the same program (a test that
+    compares them needs no second compile)."""
 
-    def step(state: TrainState, tokens: jax.Array) -> tuple[TrainState, jax.Array]:
+    def step(state: TrainState, tokens: jax.Array) -> tuple:
         loss, grads = loss_and_grads(state.params, tokens, cfg, **forward_kw)
         params, opt = adam_update(hp, grads, state.opt, state.params)
-        return TrainState(params, opt), loss
+        return (TrainState(params, opt), loss) + ((grads,) if return_grads else ())
 
     return step
 

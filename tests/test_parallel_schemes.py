@@ -69,12 +69,12 @@ def reference(cfg: tf.TransformerConfig, hp: train.Adam, batch: int, seq: int, k
     """Tokens, the initial state, (loss, params) after each step, the last moments and the first grads."""
     state = train.init_state(jax.random.key(keys[0]), cfg)
     tokens = train.batch(jax.random.key(keys[1]), cfg, batch, seq)
-    step, steps, s = jax.jit(train.make_step(cfg, hp)), [], state
+    step, steps, s, grads = jax.jit(train.make_step(cfg, hp, return_grads=True)), [], state, None
     for _ in range(STEPS):
-        s, loss = step(s, tokens)
+        s, loss, g = step(s, tokens)
+        grads = g if grads is None else grads  # the first step's, at the initial state
         steps.append((float(loss), s.params))
-    loss, grads = jax.jit(train.loss_and_grads, static_argnums=2)(state.params, tokens, cfg)
-    return {"tokens": tokens, "state": state, "steps": steps, "nu": s.opt.nu, "grads": grads, "loss": float(loss)}
+    return {"tokens": tokens, "state": state, "steps": steps, "nu": s.opt.nu, "grads": grads, "loss": steps[0][0]}
 
 
 def ref_of(case: Case) -> dict:

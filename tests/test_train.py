@@ -18,6 +18,15 @@ def test_reference_step_lowers_loss_and_is_deterministic():
     for _ in range(5):
         s2, _ = step(s2, tokens)
     jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s1.params, s2.params)
+    # return_grads: the same step, with the gradients Adam applied (those of loss_and_grads at the state it was given)
+    s0 = train.init_state(jax.random.key(0), cfg)
+    s3, loss3, grads = jax.jit(train.make_step(cfg, train.Adam(learning_rate=1e-2), return_grads=True))(s0, tokens)
+    want_loss, want = jax.jit(train.loss_and_grads, static_argnums=2)(s0.params, tokens, cfg)
+    np.testing.assert_allclose(float(loss3), losses[0], rtol=1e-6)
+    np.testing.assert_allclose(float(want_loss), losses[0], rtol=1e-6)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7),
+                 grads, want)
+    assert jax.tree.structure(s3) == jax.tree.structure(s1)
 
 
 def test_adam_first_step_moves_each_weight_by_learning_rate():

@@ -209,19 +209,6 @@ def spread_devices(n: int) -> list:
                                              key=lambda d: d.id)[:n // len(procs)]]
 
 
-def _reference_step(cfg: TransformerConfig, hp: train.Adam) -> Callable:
-    """``train.make_step``'s arithmetic (no scheme overrides ``reference_step``) with the gradients as an extra
-    output."""
-    from scalelib import train
-
-    def step(state: train.TrainState, tokens: jax.Array) -> tuple[train.TrainState, jax.Array, Any]:
-        loss, grads = train.loss_and_grads(state.params, tokens, cfg)
-        params, opt = train.adam_update(hp, grads, state.opt, state.params)
-        return train.TrainState(params, opt), loss, grads
-
-    return step
-
-
 @functools.cache
 def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> tuple[Any, np.ndarray, list, Any, Any]:
     """Host (state, tokens), [(loss, params)] after each step, the first step's gradients and the last Adam
@@ -235,7 +222,7 @@ def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> 
 
     from scalelib import distributed, train
 
-    step = _reference_step(cfg, hp)
+    step = train.make_step(cfg, hp, return_grads=True)  # no scheme overrides reference_step
     if jax.process_index() == 0:
         # one compiled program each (eagerly, every random array would be a compile of its own)
         state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
