@@ -52,8 +52,9 @@ def _check_model_config(cfg: TransformerConfig) -> None:
 def init(key: jax.Array, cfg: TransformerConfig, dtype: Any = jnp.float32) -> Params:
     """Random parameters: weights ~ N(0, 1/fan_in), norm scales 1, biases 0.
 
-    One compiled program per (config, dtype): called eagerly, each random draw and constant would be a small
-    program of its own to compile (some twenty per model); the values are the same either way."""
+    One compiled program per (config, dtype), drawing every weight from one normal draw over ``key`` cut into
+    pieces (in the tree's order): called eagerly, each draw and constant would be a small program of its own
+    to compile (some twenty per model), and a draw per weight triples the program."""
     _check_model_config(cfg)
     return _init_compiled(key, cfg, dtype)
 
