@@ -131,7 +131,18 @@ def _creator_alive(group: Path) -> bool:
         return False
     except OSError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped. Such a launcher runs no code and will never remove its
+    group, yet signal 0 still reaches it: the grader whose kernel shutdown gave up waiting (jupyter_client's "Wait for
+    final termination of kernel timed out") has not reaped it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:].split()[:1] in (["Z"], ["X"])
 
 
 def sweep() -> int:

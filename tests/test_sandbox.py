@@ -184,15 +184,27 @@ def test_sweep_removes_only_empty_groups_of_launchers_that_are_gone():
     made = subprocess.run([sys.executable, "-c", "from autograder import cgroups; print(cgroups.create(2**26).path)"],
                           capture_output=True, text=True, timeout=60, check=True)
     orphan = Path(made.stdout.strip())  # its creator has exited
+    # a creator that has exited but is not reaped yet (a zombie: signal 0 still reaches it) is gone too
+    code = "from autograder import cgroups; print(cgroups.create(2**26).path, flush=True)"
+    unreaped = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    zombie = Path(unreaped.stdout.readline().strip())
+    stat = Path(f"/proc/{unreaped.pid}/stat")
+    for _ in range(200):
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.05)
     mine = cgroups.create(2**26)  # this process made it, and runs
-    assert mine is not None and orphan.exists()
+    assert mine is not None and orphan.exists() and zombie.exists()
     try:
         cgroups.sweep()
-        assert not orphan.exists() and mine.path.exists()
+        assert not orphan.exists() and not zombie.exists() and mine.path.exists()
     finally:
+        unreaped.stdout.close()
+        unreaped.wait()
         mine.remove()
-        if orphan.exists():
-            orphan.rmdir()
+        for left in (orphan, zombie):
+            if left.exists():
+                left.rmdir()
 
 
 # Issue 19, class 1: whoever runs the grader, student code has no privilege over the host. Each escape is tried
