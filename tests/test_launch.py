@@ -55,8 +55,9 @@ if info.process_id == 1:
     if mode in ("hang", "never_joins"):
         time.sleep(600)  # HANG_LINE: rank 0 waits for it in the next collective
 print("second", distributed.to_host(total(2 * x)))
-if mode == "exit3":  # every rank gets rank 0's tree
-    print("from rank 0:", distributed.broadcast_from_first({"id": np.full(2, 7.0 + info.process_id)})["id"])
+if mode == "exit3":  # every rank gets rank 0's tree (one string, one write: gloo's chatter cannot split it)
+    got = distributed.broadcast_from_first({"id": np.full(2, 7.0 + info.process_id)})["id"]
+    print(f"from rank 0: {got}")
 if mode == "exit3" and info.process_id == 1:
     import subprocess  # a child in a session of its own, left behind: the launcher must still end it
     subprocess.Popen(["sleep", "600"], start_new_session=True)
