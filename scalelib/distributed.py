@@ -318,9 +318,7 @@ def broadcast_from_first(tree: Any) -> Any:
     import jax
     from jax.experimental import multihost_utils
 
-    if jax.process_count() == 1:
-        return jax.tree.map(np.asarray, tree)
-    return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(tree))
+    return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(tree))  # (alone: the tree as numpy)
 
 
 def barrier(name: str) -> None:

@@ -223,10 +223,10 @@ def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> 
     from scalelib import distributed, train
 
     step = train.make_step(cfg, hp, return_grads=True)  # no scheme overrides reference_step
+    init, make_tokens = (lambda key: train.init_state(key, cfg)), (lambda key: train.batch(key, cfg, batch, seq))
     if jax.process_index() == 0:
         # one compiled program each (eagerly, every random array would be a compile of its own)
-        state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
-        tokens = jax.jit(lambda key: train.batch(key, cfg, batch, seq))(jax.random.key(1))
+        state, tokens = jax.jit(init)(jax.random.key(0)), jax.jit(make_tokens)(jax.random.key(1))
         compiled, s, losses, params, first_grads = jax.jit(step), state, [], [], None
         for _ in range(STEPS):
             s, loss, grads = compiled(s, tokens)
@@ -237,8 +237,7 @@ def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> 
                                                                     s.opt.nu))
         out = (state, tokens, np.stack(losses), params, grads, nu)  # losses [STEPS]
     else:  # zeros of the same shapes and dtypes, replaced by process 0's values
-        state = jax.eval_shape(lambda key: train.init_state(key, cfg), jax.random.key(0))
-        tokens = jax.eval_shape(lambda key: train.batch(key, cfg, batch, seq), jax.random.key(1))
+        state, tokens = jax.eval_shape(init, jax.random.key(0)), jax.eval_shape(make_tokens, jax.random.key(1))
         after, loss, grads = jax.eval_shape(step, state, tokens)
         zeros = lambda tree: jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), tree)  # noqa: E731
         out = zeros((state, tokens, np.zeros((STEPS,), loss.dtype), [after.params] * STEPS, grads, after.opt.nu))
