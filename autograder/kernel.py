@@ -56,8 +56,9 @@ class Limits:
     def cpu_limit_s(self) -> int:
         """CPU seconds the kernel may use in all: the wall-clock budget on every core (threads add up).
 
-        A kernel past it gets SIGXCPU and dies (status "crashed"); this catches CPU burnt where the wall
-        clock does not look, such as a fork that outlives its cell.
+        A process of the sandbox past it is killed (SIGKILL at the hard limit, equal to the soft one); when it is
+        the kernel, the student reads "over the CPU limit". This catches CPU burnt where the wall clock does not
+        look, such as a fork that outlives its cell.
         """
         if self.cpu_s:
             return int(self.cpu_s)
