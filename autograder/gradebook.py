@@ -17,6 +17,9 @@ one ``Grade`` per test cell with ``auto_score`` set to our points. Like nbgrader
 instructor already entered is kept and the cell is flagged for review. The reason an exercise lost its points goes
 into the comment of its answer cell. Re-running updates the rows in place; nothing here runs student code. The
 graded copy holds only what the student's feedback page shows: the visible part of each test, never the hidden one.
+The folder's config stops nbgrader's own autograde (formgrader's Autograde button, ``nbgrader autograde``) with a
+message that points to ``python -m autograder grade``: it would run student code unsandboxed and replace these
+graded copies.
 """
 
 from __future__ import annotations
@@ -42,6 +45,24 @@ c.CourseDirectory.root = {root!r}
 c.CourseDirectory.course_id = {course_id!r}
 c.CourseDirectory.db_url = {db_url!r}
 c.Exchange.root = {exchange!r}  # inside the course folder, so it exists and is writable
+
+# nbgrader's own autograde (formgrader's Autograde button, `nbgrader autograde`) would run each student's
+# notebook as you, outside the course's sandbox. It stops here, before it touches a file: its converter builds
+# this exporter before it clears a single graded folder.
+from nbconvert.exporters import NotebookExporter  # noqa: E402
+
+
+class GradeInTheSandbox(NotebookExporter):
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(
+            "This course does not let nbgrader run student code.\\n"
+            "nbgrader's autograde would run it as you, outside the course's sandbox.\\n"
+            "Grade with: python -m autograder grade SUBMISSIONS --chapter CHAPTER\\n"
+            "(see the course README); its grades land in this folder.\\n"
+            "Nothing here was changed.")
+
+
+c.Autograde.exporter_class = GradeInTheSandbox
 '''
 
 

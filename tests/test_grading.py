@@ -172,6 +172,43 @@ def test_results_reach_the_nbgrader_gradebook_and_export(graded):
         assert float(rows[student]["score"]) == pytest.approx(r.score)
 
 
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_nbgraders_own_autograde_refuses_before_it_runs_or_changes_anything(graded, tmp_path):
+    """`nbgrader autograde` (what formgrader's Autograde button calls) in the course folder would run a student's
+    notebook as the instructor, outside the sandbox, and replace the graded copies: the folder's config stops it
+    first, with a message that names the command to use. A submission nbgrader has never seen, whose first cell
+    writes a file, shows that no student code ran; every file in the folder keeps its bytes."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    _, _, out = graded
+    course_dir = out / "nbgrader"
+    ran = tmp_path / "student code ran"
+    nb = _answered()
+    nb.cells.insert(0, nbformat.v4.new_code_cell(f"open({str(ran)!r}, 'w').close()"))
+    mallory = course_dir / "submitted" / "mallory" / CHAPTER
+    mallory.mkdir(parents=True)
+    try:
+        nbformat.write(nb, mallory / f"{CHAPTER}.ipynb")
+        (mallory / "timestamp.txt").write_text("2026-11-27 10:00:00.000000 UTC")
+        before = _files(course_dir)
+        nbgrader = Path(sys.executable).parent / "nbgrader"
+        for student in ("mallory", "alice"):
+            proc = subprocess.run([str(nbgrader), "autograde", CHAPTER, "--student", student, "--force"],
+                                  cwd=course_dir, capture_output=True, text=True, timeout=120)
+            said = proc.stdout + proc.stderr
+            assert proc.returncode != 0, said
+            assert "does not let nbgrader run student code" in said and "python -m autograder grade" in said, said
+        assert not ran.exists()
+        assert _files(course_dir) == before
+    finally:
+        shutil.rmtree(mallory.parent)
+
+
 def test_regrading_keeps_a_manual_score_and_flags_it(graded):
     from nbgrader.api import Gradebook
 
@@ -385,3 +422,14 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
             time.sleep(0.3)
         assert manual == 1
         page.screenshot(path=str(shots / "4-carol-manual-score.png"), full_page=True)
+
+        # the Autograde button would run alice's notebook as the instructor: it refuses, and nothing changes
+        before = _files(course_dir)
+        page.goto(f"{base}/formgrader/manage_submissions/{CHAPTER}")
+        page.locator("tr", has_text="Liddell, Alice").locator("td.autograde a").click()
+        refused = page.locator("#error-modal")
+        expect(refused).to_be_visible()
+        expect(refused).to_contain_text("does not let nbgrader run student code")
+        page.wait_for_timeout(500)  # the modal's fade-in, for the screenshot
+        page.screenshot(path=str(shots / "5-autograde-refused.png"), full_page=True)
+        assert _files(course_dir) == before
