@@ -24,11 +24,12 @@ RTOL = ATOL = 1e-5
 
 
 def _qkv(b, t, s, n, k, h, seed=0):
-    keys = jax.random.split(jax.random.key(seed), 4)
-    q = jax.random.normal(keys[0], (b, t, n, h))  # [B, T, N, H]
-    kk = jax.random.normal(keys[1], (b, s, k, h))  # [B, S, K, H]
-    v = jax.random.normal(keys[2], (b, s, k, h))  # [B, S, K, H]
-    d_out = jax.random.normal(keys[3], (b, t, n, h))  # [B, T, N, H]
+    # numpy's generator: jax.random would compile a sampler for every new shape, and each case has new shapes
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((b, t, n, h), np.float32)  # [B, T, N, H]
+    kk = rng.standard_normal((b, s, k, h), np.float32)  # [B, S, K, H]
+    v = rng.standard_normal((b, s, k, h), np.float32)  # [B, S, K, H]
+    d_out = rng.standard_normal((b, t, n, h), np.float32)  # [B, T, N, H]
     return q, kk, v, d_out
 
 
