@@ -113,6 +113,10 @@ def run_suite(name: str, pytest_args: list[str]) -> tuple[int, float]:
     # scalelib.exercise.visible_checks), so a solution notebook that reaches a stub fails CI.
     environ = dict(os.environ, PATH=f"{env.bin}{os.pathsep}{os.environ.get('PATH', '')}", MPLBACKEND="Agg",
                    SCALELIB_STRICT_CHECKS="1")
+    # Some hosts set PYTHONDONTWRITEBYTECODE; the suite starts a few hundred Python processes (workers, kernels,
+    # ranks, graders) over the same sources, so the first to import a module caches its bytecode (__pycache__,
+    # ignored by git) for the rest, and pytest keeps its rewritten test modules for the next worker.
+    environ.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
     code = subprocess.run([str(env.python), "-m", "pytest", *args, *pytest_args], cwd=ROOT, env=environ).returncode
     return code, time.perf_counter() - start
