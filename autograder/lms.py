@@ -54,9 +54,11 @@ def gradescope_results(r: StudentResult, ch: Chapter) -> dict:
         got = r.exercises.get(eid, 0.0)
         tests.append({"name": f"{ex.title or eid} [{eid}]", "number": str(number), "score": got,
                       "max_score": ex.points, "status": "passed" if got == ex.points else "failed",
-                      "output": _test_text(r, eid, ex.points), "visibility": "visible"})
-    return {"score": r.score, "output": _summary(r), "visibility": "visible", "stdout_visibility": "hidden",
-            "tests": tests}
+                      "output": _test_text(r, eid, ex.points), "output_format": "text", "visibility": "visible"})
+    # plain text: the messages may quote what a student's code raised or printed, which Gradescope's default
+    # format would render as HTML
+    return {"score": r.score, "output": _summary(r), "output_format": "text", "test_output_format": "text",
+            "test_name_format": "text", "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
 
 
 def prairielearn_results(r: StudentResult, ch: Chapter) -> dict:
@@ -95,7 +97,8 @@ def run(platform: str, chapter: str, root: Path, allow_unsandboxed: bool = False
     found = _notebooks(source) if source.is_dir() else []
     if not found:
         why = f"no notebook (.ipynb) was submitted; submit your {chapter}.ipynb"
-        data = ({"score": 0.0, "output": why, "visibility": "visible", "tests": []} if platform == "gradescope"
+        data = ({"score": 0.0, "output": why, "output_format": "text", "visibility": "visible", "tests": []}
+                if platform == "gradescope"
                 else {"gradable": False, "score": 0.0, "message": why, "output": "", "tests": []})
     else:
         with tempfile.TemporaryDirectory(prefix="lms-") as tmp:

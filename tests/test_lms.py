@@ -87,6 +87,9 @@ def test_gradescope_results_for_a_perfect_and_a_blank_student(platforms):
     ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     for who, (gs, _) in platforms.items():
         assert set(gs) >= {"score", "tests", "output"}
+        # shown as plain text, never as HTML or Markdown (a message may quote the student's code)
+        assert gs["output_format"] == gs["test_output_format"] == gs["test_name_format"] == "text"
+        assert {t["output_format"] for t in gs["tests"]} == {"text"}
         assert [t["name"] for t in gs["tests"]] == [f"{e.title} [{eid}]" for eid, e in ch.exercises.items()]
         for t, ex in zip(gs["tests"], ch.exercises.values()):
             assert set(t) >= {"name", "score", "max_score", "status", "output", "visibility"}
