@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autograder import align, nbgrader_course, report
+from autograder import align, nbgrader_course, report, safe_text, submissions
 from autograder.course import SOLUTIONS
 
 if TYPE_CHECKING:
@@ -104,17 +105,37 @@ def split_name(name: str) -> tuple[str, str]:
     return (first, last) if first else ("", last)
 
 
-def _student(gb: Any, student: str, row: dict[str, str] | None) -> None:
+# What formgrader's pages put into HTML and JavaScript as it is (its templates are not autoescaped: e.g.
+# `var student_id = "{{ student_id }}";`), what cannot be a folder name, and the mark of a hashed id
+_UNSAFE_ID = re.compile(r"[\"'`\\<>&/~]")
+
+
+def nbgrader_id(student: str) -> str:
+    """The student's id in the nbgrader course: their own, unless it holds a character formgrader's pages would
+    carry into their HTML or JavaScript unescaped (a quote, ``<``, ``>``, ``&``, a backslash, a backtick), a
+    slash, a control or format character, or is ``.`` or ``..``. Such an id (chosen by a student when the file
+    names give the ids) becomes :func:`autograder.submissions.file_stem`'s ``<readable>~<hash>``, and so does one
+    with a ``~``: a kept id never holds one and a hashed id always does, so two students never share a row.
+    formgrader then shows the original id as the name. ``grades.csv`` keeps every id as it is."""
+    if _UNSAFE_ID.search(student) or not student.isprintable() or student in ("", ".", ".."):
+        return submissions.file_stem(student)
+    return student
+
+
+def _student(gb: Any, student: str, row: dict[str, str] | None) -> str:
     """The student's row with what formgrader shows: the roster's name and email; a student off the roster keeps
-    the name it has, else gets the id as last name (nbgrader shows a missing name as "None, None")."""
+    the name it has, else gets the id as last name (nbgrader shows a missing name as "None, None"). Returns the
+    row's id (:func:`nbgrader_id`)."""
+    sid = nbgrader_id(student)
     if row is not None:
         first, last = split_name(row.get("name", ""))
-        gb.update_or_create_student(student, first_name=first, last_name=last or student,
+        gb.update_or_create_student(sid, first_name=first, last_name=last or student,
                                     email=row.get("email") or None)
-        return
-    s = gb.update_or_create_student(student)
+        return sid
+    s = gb.update_or_create_student(sid)
     if s.last_name is None and s.first_name is None:
         s.first_name, s.last_name = "", student
+    return sid
 
 
 def timestamp_text(mtime: float) -> str:
@@ -140,32 +161,33 @@ def record(course_dir: Path, chapter: str, results: Iterable, roster: list[dict[
         grade_cells = {c.name for nb in assignment.notebooks for c in nb.grade_cells}
         solution_cells = {c.name for nb in assignment.notebooks for c in nb.solution_cells}
         for r in results:
-            _student(gb, r.student, rows.get(r.student))
+            sid = _student(gb, r.student, rows.get(r.student))
             if r.status == "missing":
                 continue
             stamp = None
             if r.student in submitted and ch is not None:
                 path, mtime = submitted[r.student]
                 stamp = timestamp_text(mtime)
-                _write_notebooks(course_dir, chapter, r, ch, released, path, stamp)
+                _write_notebooks(course_dir, chapter, sid, r, ch, released, path, stamp)
             try:
-                sub = gb.find_submission(chapter, r.student)
+                sub = gb.find_submission(chapter, sid)
             except MissingEntry:
                 with gb.db.no_autoflush:  # nbgrader builds the rows before adding them (SQLAlchemy warns otherwise)
-                    sub = gb.add_submission(chapter, r.student)
+                    sub = gb.add_submission(chapter, sid)
             if stamp is not None:
                 sub.timestamp = parse_utc(stamp)  # formgrader lists a submission whose times agree
             for eid, points in r.exercises.items():
                 if eid not in grade_cells:
                     raise ValueError(f"exercise {eid} has no grade cell in nbgrader's copy of {chapter}; "
                                      "re-run `python -m autograder release` and grade again")
-                g = gb.find_grade(eid, chapter, chapter, r.student)
+                g = gb.find_grade(eid, chapter, chapter, sid)
                 g.auto_score = float(points)
                 g.needs_manual_grade = g.manual_score is not None
                 answer = f"{eid}-answer"
                 if answer in solution_cells:
-                    c = gb.find_comment(answer, chapter, chapter, r.student)
-                    c.auto_comment = _why(r, eid)[:2000] or None
+                    c = gb.find_comment(answer, chapter, chapter, sid)
+                    # formgrader shows it as plain text, nbgrader's feedback as Markdown: nothing in it may act
+                    c.auto_comment = safe_text.markdown_inert(_why(r, eid)[:2000]) or None
         gb.db.commit()
     return course_dir / "gradebook.db"
 
@@ -177,20 +199,20 @@ def _why(r: StudentResult, eid: str) -> str:
     return why
 
 
-def _write_notebooks(course_dir: Path, chapter: str, r: StudentResult, ch: align.Chapter, released: Path,
-                     path: Path, stamp: str) -> None:
+def _write_notebooks(course_dir: Path, chapter: str, sid: str, r: StudentResult, ch: align.Chapter,
+                     released: Path, path: Path, stamp: str) -> None:
     """submitted/<student>/<chapter>/ (the file as graded) and autograded/<student>/<chapter>/ (the graded copy)."""
     kinds = ("submitted", "autograded")
-    if any((course_dir / k / r.student / chapter).resolve().parent.parent != (course_dir / k).resolve() for k in kinds):
+    if any((course_dir / k / sid / chapter).resolve().parent.parent != (course_dir / k).resolve() for k in kinds):
         return  # an id like ".." names no folder of its own: the grades are in the gradebook, the notebooks are not
     for kind in kinds:
-        folder = course_dir / kind / r.student / chapter
+        folder = course_dir / kind / sid / chapter
         folder.mkdir(parents=True, exist_ok=True)
         report.atomic_write(folder / "timestamp.txt", stamp + "\n")
     data = path.read_bytes()
-    target = course_dir / "submitted" / r.student / chapter / f"{chapter}.ipynb"
+    target = course_dir / "submitted" / sid / chapter / f"{chapter}.ipynb"
     target.write_bytes(data)
-    report.atomic_write(course_dir / "autograded" / r.student / chapter / f"{chapter}.ipynb",
+    report.atomic_write(course_dir / "autograded" / sid / chapter / f"{chapter}.ipynb",
                         json.dumps(graded_copy(json.loads(released.read_text(encoding="utf-8")), r, ch, data),
                                    indent=1, ensure_ascii=False) + "\n")
 
@@ -206,8 +228,9 @@ def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission:
         unread = ""
     except (ValueError, UnicodeDecodeError, AttributeError, RecursionError, align.AlignTimeout) as err:
         plan, unread = align.Plan(), f" (the notebook could not be read: {type(err).__name__})"
+    detail = safe_text.markdown_literal(r.detail)  # may quote the student's kernel: formgrader renders it as HTML
     note = (f"**Graded by the course's autograder**: {r.score:g} / {r.max_score:g}, status *{r.status}*"
-            f"{': ' + r.detail if r.detail else ''}{unread}. Answer cells hold the student's code as graded; each "
+            f"{': ' + detail if detail else ''}{unread}. Answer cells hold the student's code as graded; each "
             "test cell's output says what the grader found (the hidden part of each test is not shown here).")
     for cell in nb["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})

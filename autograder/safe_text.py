@@ -14,6 +14,17 @@ kernel printed) must not drive the grader's terminal or a spreadsheet:
   undone) gets one leading apostrophe, and :func:`csv_text` quotes every text cell; numbers stay bare numbers
   (a score imports as a number, even a negative one). :func:`uncell` gives the value back: strip one leading
   apostrophe, then :func:`unescape`.
+
+Markdown is a third place: nbconvert turns an nbgrader notebook's Markdown into HTML with raw HTML and link targets
+passed through (formgrader's pages, nbgrader's feedback), so a student's ``<img onerror=...>`` there would run
+script in the instructor's Jupyter session. Backslash escapes (CommonMark's, which nbconvert's renderer follows)
+keep such text literal:
+
+- :func:`markdown_literal`: one line (escaped as above) with every ASCII punctuation character escaped; it renders
+  as exactly that text. For text that is only ever shown as Markdown (the graded copy's summary cell).
+- :func:`markdown_inert`: only what could start markup that acts (``<`` for HTML and autolinks, ``[`` for links
+  and images, and the backslash itself) is escaped, lines kept. For text that formgrader also
+  shows as plain text (a comment is a text box's placeholder there), where every other backslash would show.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from collections.abc import Iterable, Sequence
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 _ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+_MD_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+_MD_ACTIVE = re.compile(r"([\\<\[])")
 
 
 def _escape(char: str) -> str:
@@ -78,3 +91,14 @@ def csv_text(rows: Iterable[Sequence[object]]) -> str:
     for row in rows:
         writer.writerow([cell(v) for v in row])
     return buf.getvalue()
+
+
+def markdown_literal(text: str) -> str:
+    """``text`` as one line of Markdown that renders as exactly that text: no HTML, link, image or emphasis."""
+    return _MD_PUNCTUATION.sub(r"\\\1", printable(text))
+
+
+def markdown_inert(text: str) -> str:
+    """``text`` as Markdown that can form no HTML, link or image (other Markdown, such as emphasis, may still show);
+    its lines are kept, each escaped as :func:`printable` does."""
+    return "\n".join(_MD_ACTIVE.sub(r"\\\1", printable(line)) for line in text.split("\n"))

@@ -47,6 +47,8 @@ FORMULAS = {"=1+2": "=1+2.ipynb", "+cmd|' -C calc'!A0": "+cmd|' -C calc'!A0.ipyn
             "2+3": "-2+3.ipynb",  # the id loses the name's leading '-', the file column keeps it
             "@SUM(A1)": "@SUM(A1).ipynb"}
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\u202eevil\r\n.txt"  # sets the title, clears the screen, reverses the text
+# an id that is script in formgrader's pages, which put ids into HTML and JavaScript unescaped
+MARKUP_ID = 'x";alert(1);"<svg onload=alert(2)>'
 # 8: chapter 2's notebook, named as chapter 1, its notebook and cell metadata stripped (as Colab may)
 NAMED_AS_CH1 = "eve_01_rooflines.ipynb"
 
@@ -63,7 +65,7 @@ def _stripped(chapter):
 def _hostile_entries():
     entries = [(TOO_LONG, nbformat.writes(_answered())), (TOO_DEEP, nbformat.writes(_answered())),
                (ESCAPES, "not a notebook"), (NAMED_AS_CH1, _stripped("02_tpus"))]
-    return entries + [(name, "{ not json") for name in FORMULAS.values()]
+    return entries + [(name, "{ not json") for name in [*FORMULAS.values(), MARKUP_ID + ".ipynb"]]
 
 
 # names as Canvas ("Last, First") and as people ("First Last") write them; nbgrader's formgrader shows them
@@ -77,7 +79,7 @@ delegator_open,,
 second,Sec Ond,
 """
 # the hostile entries' students are on the roster too, so that they are graded (as invalid notebooks) by their ids
-ROSTER += "".join(f'"{sid.replace(chr(34), chr(34) * 2)}",,\n' for sid in [*FORMULAS, "eve"])
+ROSTER += "".join(f'"{sid.replace(chr(34), chr(34) * 2)}",,\n' for sid in [*FORMULAS, MARKUP_ID, "eve"])
 
 
 @pytest.fixture(scope="module")
@@ -152,11 +154,18 @@ def test_results_reach_the_nbgrader_gradebook_and_export(graded):
 
     from nbgrader.api import Gradebook
 
+    from autograder import gradebook
+
     results, rows, out = graded
     course_dir = out / "nbgrader"
+    assert results[MARKUP_ID].status == "invalid notebook"
     with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+        # no id reaches formgrader's pages with a character they would not escape: such ids are hashed
+        assert not [s.id for s in gb.students if re.search(r"[\"'`<>&\\]", s.id)]
+        assert gradebook.nbgrader_id(MARKUP_ID).startswith("xalert1svgonloadalert2~")
+        assert gb.find_student(gradebook.nbgrader_id(MARKUP_ID)).last_name == MARKUP_ID  # shown as the name
         for student, r in results.items():
-            sub = gb.find_submission(CHAPTER, student)
+            sub = gb.find_submission(CHAPTER, gradebook.nbgrader_id(student))
             assert sub.score == pytest.approx(r.score)
             assert sub.max_score == pytest.approx(r.max_score)
             assert not sub.needs_manual_grade
@@ -166,9 +175,9 @@ def test_results_reach_the_nbgrader_gradebook_and_export(graded):
     subprocess.run([str(nbgrader), "export", "--to", str(out / "export.csv")], cwd=course_dir, check=True,
                    capture_output=True)
     exported = {row["student_id"]: row for row in csv.DictReader((out / "export.csv").open())}
-    assert set(exported) == set(results)
+    assert set(exported) == {gradebook.nbgrader_id(s) for s in results}
     for student, r in results.items():
-        assert float(exported[student]["score"]) == pytest.approx(r.score)
+        assert float(exported[gradebook.nbgrader_id(student)]["score"]) == pytest.approx(r.score)
         assert float(rows[student]["score"]) == pytest.approx(r.score)
 
 
@@ -350,7 +359,7 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
 
     from nbgrader.api import Gradebook
 
-    from autograder import align
+    from autograder import align, gradebook
     from tests import formgrader_browser
 
     sync_api = formgrader_browser.browser_or_skip()
@@ -366,9 +375,10 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
     assert hidden
     for s in submitted:  # nbgrader's layout, each with the submission's time
         for kind in ("submitted", "autograded"):
-            folder = course_dir / kind / s / CHAPTER
+            folder = course_dir / kind / gradebook.nbgrader_id(s) / CHAPTER
             assert (folder / f"{CHAPTER}.ipynb").is_file() and (folder / "timestamp.txt").is_file(), (kind, s)
-        graded_nb = json.loads((course_dir / "autograded" / s / CHAPTER / f"{CHAPTER}.ipynb").read_text())
+        graded_nb = json.loads((course_dir / "autograded" / gradebook.nbgrader_id(s) / CHAPTER /
+                                f"{CHAPTER}.ipynb").read_text())
         text = json.dumps(graded_nb) + "".join(align.source_of(c) + json.dumps(c.get("outputs")) for c in graded_nb["cells"])
         assert not [line for line in hidden if line in text], s
     released = json.loads((course_dir / "release" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
@@ -386,6 +396,8 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
     expect = sync_api.expect
     with formgrader_browser.jupyter_server(course_dir, tmp_path / "jupyter.log") as (base, token), \
             formgrader_browser.chromium_page(sync_api) as page:
+        dialogs: list[str] = []  # an alert() would mean a student's id ran as script in the page
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(f"{base}/formgrader?token={token}")  # "Manage Assignments"
         row = page.locator("tr", has_text=CHAPTER)
         expect(row.locator(".num-submissions")).to_have_text(str(len(submitted)))
@@ -423,6 +435,14 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
         assert manual == 1
         page.screenshot(path=str(shots / "4-carol-manual-score.png"), full_page=True)
 
+        # the student whose id is markup: listed by that id as a name, and their page runs none of it
+        page.goto(f"{base}/formgrader/manage_students")
+        expect(page.locator("td", has_text=MARKUP_ID)).not_to_have_count(0)
+        page.goto(f"{base}/formgrader/manage_students/{gradebook.nbgrader_id(MARKUP_ID)}")
+        expect(page.locator("td", has_text=CHAPTER)).not_to_have_count(0)
+        page.screenshot(path=str(shots / "5-markup-id.png"), full_page=True)
+        assert dialogs == []
+
         # the Autograde button would run alice's notebook as the instructor: it refuses, and nothing changes
         before = _files(course_dir)
         page.goto(f"{base}/formgrader/manage_submissions/{CHAPTER}")
@@ -431,5 +451,5 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
         expect(refused).to_be_visible()
         expect(refused).to_contain_text("does not let nbgrader run student code")
         page.wait_for_timeout(500)  # the modal's fade-in, for the screenshot
-        page.screenshot(path=str(shots / "5-autograde-refused.png"), full_page=True)
+        page.screenshot(path=str(shots / "6-autograde-refused.png"), full_page=True)
         assert _files(course_dir) == before

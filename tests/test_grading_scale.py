@@ -167,7 +167,9 @@ IGNORE_SIGINT = _nb(**{MIXED: "import signal, time\nsignal.signal(signal.SIGINT,
 FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 100_000 + '\\n')\n" + _wrong(MIXED)})
 HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[f"{MIXED}-answer"],
              GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
-CRASH = _nb(**{GPU: "import os\nos._exit(3)\n"})
+# the crash's detail quotes the kernel's last "sandbox:" line: this one is markup that would act as HTML
+MARKUP = '<img src=x onerror="document.title=1"> [click](javascript:alert(1))'
+CRASH = _nb(**{GPU: f"import os\nos.write(2, b'sandbox: {MARKUP}\\n')\nos._exit(3)\n"})
 BOUNDS = "ch01-roofline-bounds"
 # Hostile finding 1: switch off every switch-off the kernel could hold, then hand the work to the library by every
 # route there is. Under the old deny-list this earned full marks; the library is not in this kernel at all.
@@ -331,6 +333,38 @@ def test_every_status(run):
     assert nosig.status == "timed out" and nosig.score == FULL - res["alice"].exercises[MIXED]
     assert "killed" in nosig.messages[MIXED]
     assert set(grade.STATUSES) <= {r.status for r in res.values()}
+
+
+def test_what_a_kernel_printed_shows_as_text_in_formgrader_and_nbgraders_feedback(run):
+    """The crash's detail quotes what its kernel wrote last (a tag with a handler, a javascript: link). It reaches
+    the graded copy's summary cell, which formgrader renders as Markdown, and the answer cells' comments, which
+    nbgrader's feedback renders as Markdown; nbconvert lets raw HTML and link targets through, so both escape it."""
+    from html.parser import HTMLParser
+
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    from nbgrader.api import Gradebook
+
+    res, _, out, *_ = run
+    assert MARKUP in res["crash"].detail  # else this test proves nothing
+    course_dir = out / "nbgrader"
+    html, _ = HTMLExporter().from_filename(str(course_dir / "autograded" / "crash" / CH / f"{CH}.ipynb"))
+    with Gradebook(f"sqlite:///{course_dir / 'gradebook.db'}") as gb:
+        comments = [c.auto_comment for c in gb.find_submission_notebook(CH, CH, "crash").comments if c.auto_comment]
+    assert [c for c in comments if "<img" in c.replace("\\<", "")] == [] and any("img src" in c for c in comments)
+    acting, text = [], []
+
+    class Tags(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            acting.extend((tag, a, v) for a, v in attrs if a.startswith("on") or (v or "").startswith("javascript:"))
+
+        def handle_data(self, data):
+            text.append(data)
+
+    for page in [html, *(markdown2html_mistune(c) for c in comments)]:
+        Tags().feed(page)
+    assert acting == []
+    assert f"[sandbox: {MARKUP}]" in "".join(text)  # the summary shows it, as text
 
 
 def test_colab_stripped_notebook_is_graded_in_full(run):
