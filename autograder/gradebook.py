@@ -201,11 +201,9 @@ def _why(r: StudentResult, eid: str) -> str:
 
 def _write_notebooks(course_dir: Path, chapter: str, sid: str, r: StudentResult, ch: align.Chapter,
                      released: Path, path: Path, stamp: str) -> None:
-    """submitted/<student>/<chapter>/ (the file as graded) and autograded/<student>/<chapter>/ (the graded copy)."""
-    kinds = ("submitted", "autograded")
-    if any((course_dir / k / sid / chapter).resolve().parent.parent != (course_dir / k).resolve() for k in kinds):
-        return  # an id like ".." names no folder of its own: the grades are in the gradebook, the notebooks are not
-    for kind in kinds:
+    """submitted/<sid>/<chapter>/ (the file as graded) and autograded/<sid>/<chapter>/ (the graded copy); ``sid``
+    (:func:`nbgrader_id`) is always one folder name of its own: never ``..``, never with a slash."""
+    for kind in ("submitted", "autograded"):
         folder = course_dir / kind / sid / chapter
         folder.mkdir(parents=True, exist_ok=True)
         report.atomic_write(folder / "timestamp.txt", stamp + "\n")
