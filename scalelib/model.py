@@ -70,8 +70,7 @@ class _Draw:
 def _init(key: jax.Array, cfg: TransformerConfig, dtype: Any) -> Params:
     d, L, n, kh, h, f = cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.ff_width
 
-    def w(shape: tuple[int, ...], fan_in: int) -> Any:
-        return _Draw(shape, fan_in)
+    w = _Draw  # w(shape, fan_in): a weight, drawn below with the others
 
     ones, zeros = (lambda *s: jnp.ones(s, dtype)), (lambda *s: jnp.zeros(s, dtype))
     layers = {
