@@ -1,6 +1,8 @@
 """Test session set-up: 8 simulated CPU devices before anything starts JAX."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 
@@ -14,6 +16,38 @@ FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",)
 if os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") in ("", "0"):
     _flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join([*(f for f in FAST_COMPILE_XLA_FLAGS if f not in _flags), *_flags])
+
+# The self-check's launches across processes (tests/test_parallel_selfcheck.py, tests/test_cluster.py) also compile with
+# XLA:CPU's older fusion emitters, which compile these steps about twice as fast. That flag does change the optimized
+# HLO (how ops are fused, so the cost analysis's bytes too), which is why nothing else here uses it: those launches
+# compare values with one device and read only the compiled collectives, and tests/test_suite_groups.py holds that
+# the collectives stay the same. Every scheme's collectives at XLA's own fusion are held in one process by
+# tests/test_parallel_schemes.py.
+CROSS_PROCESS_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
+
+
+def cross_process_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with CROSS_PROCESS_XLA_FLAGS added to its XLA_FLAGS."""
+    env = dict(os.environ if env is None else env)
+    flags = env.get("XLA_FLAGS", "").split()
+    if os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") in ("", "0"):
+        flags += [f for f in CROSS_PROCESS_XLA_FLAGS if f not in flags]
+    return {**env, "XLA_FLAGS": " ".join(flags)}
+
+
+@contextlib.contextmanager
+def cross_process_compiles() -> Iterator[None]:
+    """While inside, this process's environment (what scalelib.launch hands its ranks) has those flags too."""
+    before = os.environ.get("XLA_FLAGS")
+    os.environ["XLA_FLAGS"] = cross_process_env()["XLA_FLAGS"]
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("XLA_FLAGS", None)
+        else:
+            os.environ["XLA_FLAGS"] = before
+
 
 from scalelib import devices  # noqa: E402
 

@@ -1,11 +1,12 @@
-"""tests/conftest.py: how the suite is split between its two workers, and the compile flag it runs under."""
+"""tests/conftest.py: how the suite is split between its two workers, and the compile flags it runs under."""
 
 import os
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import FAST_COMPILE_XLA_FLAGS, JOIN, LONG_GROUPS_S, SPLIT, work_group
+from tests.conftest import (CROSS_PROCESS_XLA_FLAGS, FAST_COMPILE_XLA_FLAGS, JOIN, LONG_GROUPS_S, SPLIT,
+                            cross_process_compiles, cross_process_env, work_group)
 
 TESTS = Path(__file__).parent
 
@@ -38,13 +39,25 @@ def test_the_suite_compiles_with_llvm_optimizations_off():
     assert set(FAST_COMPILE_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())  # inherited by what the suite starts
 
 
-def test_the_fast_compile_flag_changes_no_hlo_cost_or_memory():
+@pytest.mark.skipif(os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0"), reason="run at XLA's defaults")
+def test_the_cross_process_launches_add_their_flag_and_nothing_else_keeps_it():
+    before = os.environ["XLA_FLAGS"]
+    env = cross_process_env({"XLA_FLAGS": "--a=1", "B": "2"})
+    assert env == {"XLA_FLAGS": " ".join(["--a=1", *CROSS_PROCESS_XLA_FLAGS]), "B": "2"}
+    assert cross_process_env(env) == env  # added once
+    with cross_process_compiles():
+        assert os.environ["XLA_FLAGS"].split() == [*before.split(), *CROSS_PROCESS_XLA_FLAGS]
+    assert os.environ["XLA_FLAGS"] == before and not set(CROSS_PROCESS_XLA_FLAGS) & set(before.split())
+
+
+def test_the_fast_compile_flags_change_what_the_checks_read_nowhere():
     """What the suite's checks read from a compiled program (its optimized HLO text, cost analysis and memory
     analysis) is the same at LLVM level 0 as at XLA's default level 3, here for a tensor-parallel training step
-    (collectives, fusions, a scan over layers)."""
+    (collectives, fusions, a scan over layers). The cross-process launches' older fusion emitters change the HLO's
+    fusions, so the cost analysis too, but not the collectives, which is all those launches read of it."""
     import jax
 
-    from scalelib import compat, model, train
+    from scalelib import compat, hlo, model, train
     from scalelib.parallel.tensor import TensorParallel
 
     cfg, scheme = model.small_config(n_heads=8, n_kv_heads=4, head_dim=8), TensorParallel()
@@ -64,5 +77,11 @@ def test_the_fast_compile_flag_changes_no_hlo_cost_or_memory():
     fast, default = read(0), read(3)
     assert fast[0] == default[0]
     assert fast[1:] == default[1:]
+    assert CROSS_PROCESS_XLA_FLAGS == ("--xla_cpu_use_fusion_emitters=false",)  # as compile options:
+    older = lowered.compile(compiler_options={"xla_backend_optimization_level": 0,
+                                              "xla_cpu_use_fusion_emitters": False}).as_text()
+    assert older != default[0]  # the flag is read, and changes the fusions
+    shape = dict(mesh.shape)
+    assert hlo.collective_ops(older, shape) == hlo.collective_ops(default[0], shape) != []
     with pytest.raises(Exception, match="xla_backend_optimization_levels"):  # the options are read, not ignored
         lowered.compile(compiler_options={"xla_backend_optimization_levels": 0})
