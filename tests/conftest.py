@@ -4,6 +4,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+import pytest
+
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 
 # Compile time is most of the suite's time: thousands of small programs, each compiled once and run a few times.
@@ -13,7 +15,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 # notebook kernels); a student's Run All (tests/test_chapters_student.py) and the grader's sandboxed kernels compile
 # at XLA's defaults, as students and instructors do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",)
-if os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") in ("", "0"):
+AT_XLA_DEFAULTS = os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0")
+if not AT_XLA_DEFAULTS:
     _flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join([*(f for f in FAST_COMPILE_XLA_FLAGS if f not in _flags), *_flags])
 
@@ -30,7 +33,7 @@ def cross_process_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` (default: this process's environment) with CROSS_PROCESS_XLA_FLAGS added to its XLA_FLAGS."""
     env = dict(os.environ if env is None else env)
     flags = env.get("XLA_FLAGS", "").split()
-    if os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") in ("", "0"):
+    if not AT_XLA_DEFAULTS:
         flags += [f for f in CROSS_PROCESS_XLA_FLAGS if f not in flags]
     return {**env, "XLA_FLAGS": " ".join(flags)}
 
@@ -38,15 +41,9 @@ def cross_process_env(env: dict[str, str] | None = None) -> dict[str, str]:
 @contextlib.contextmanager
 def cross_process_compiles() -> Iterator[None]:
     """While inside, this process's environment (what scalelib.launch hands its ranks) has those flags too."""
-    before = os.environ.get("XLA_FLAGS")
-    os.environ["XLA_FLAGS"] = cross_process_env()["XLA_FLAGS"]
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XLA_FLAGS", cross_process_env()["XLA_FLAGS"])
         yield
-    finally:
-        if before is None:
-            os.environ.pop("XLA_FLAGS", None)
-        else:
-            os.environ["XLA_FLAGS"] = before
 
 
 from scalelib import devices  # noqa: E402

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (CROSS_PROCESS_XLA_FLAGS, FAST_COMPILE_XLA_FLAGS, JOIN, LONG_GROUPS_S, SPLIT,
-                            cross_process_compiles, cross_process_env, work_group)
+from tests.conftest import (AT_XLA_DEFAULTS, CROSS_PROCESS_XLA_FLAGS, FAST_COMPILE_XLA_FLAGS, JOIN,
+                            LONG_GROUPS_S, SPLIT, cross_process_compiles, cross_process_env, work_group)
 
 TESTS = Path(__file__).parent
 
@@ -34,12 +34,12 @@ def test_every_named_file_exists():
         assert list(TESTS.glob(name)), group
 
 
-@pytest.mark.skipif(os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0"), reason="run at XLA's defaults")
+@pytest.mark.skipif(AT_XLA_DEFAULTS, reason="run at XLA's defaults")
 def test_the_suite_compiles_with_llvm_optimizations_off():
     assert set(FAST_COMPILE_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())  # inherited by what the suite starts
 
 
-@pytest.mark.skipif(os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0"), reason="run at XLA's defaults")
+@pytest.mark.skipif(AT_XLA_DEFAULTS, reason="run at XLA's defaults")
 def test_the_cross_process_launches_add_their_flag_and_nothing_else_keeps_it():
     before = os.environ["XLA_FLAGS"]
     env = cross_process_env({"XLA_FLAGS": "--a=1", "B": "2"})
