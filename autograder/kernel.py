@@ -84,12 +84,21 @@ class _SandboxedKernelManager(KernelManager):
         return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
 
 
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
 def kernel_env(scratch: Path, devices: int = 8) -> dict[str, str]:
     """A minimal environment: nothing of the grader's (tokens, paths) leaks into the kernel. JAX gets the
-    chapter's number of simulated devices whenever it starts (no instructor set-up cell runs in the kernel)."""
+    chapter's number of simulated devices whenever it starts (no instructor set-up cell runs in the kernel).
+
+    XLA gets the grader's own flags besides: the trusted context compiles the instructor's programs under them, so a
+    kernel must compile the student's the same way. A flag that changes the optimized HLO (how ops are fused, say)
+    would otherwise change a compiled program's cost analysis between the two, and a right answer would lose its
+    points. (XLA_FLAGS is the instructor's setting, and the sandbox bounds what any flag can write.)"""
     s = str(scratch)
+    grader_flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_DEVICE_COUNT_FLAG)]
     return {
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={int(devices)}",
+        "XLA_FLAGS": " ".join([*grader_flags, f"{_DEVICE_COUNT_FLAG}={int(devices)}"]),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": s, "IPYTHONDIR": f"{s}/.ipython", "MPLCONFIGDIR": f"{s}/.mpl", "XDG_CACHE_HOME": f"{s}/.cache",
         "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",

@@ -12,8 +12,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 # With LLVM's optimizations off (XLA's backend level 0; its default is 3) XLA:CPU compiles them in about half the
 # time. Only the machine code changes: the optimized HLO, its cost analysis and its memory analysis are XLA's default
 # ones (tests/test_suite_groups.py holds that). Every process the suite starts inherits the flag (launched ranks,
-# notebook kernels); a student's Run All (tests/test_chapters_student.py) and the grader's sandboxed kernels compile
-# at XLA's defaults, as students and instructors do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
+# notebook kernels, and the grader's sandboxed kernels, which get the grader's XLA flags as its trusted context has
+# them); a student's Run All (tests/test_chapters_student.py) compiles at XLA's defaults, as students do.
+# SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",)
 AT_XLA_DEFAULTS = os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0")
 if not AT_XLA_DEFAULTS:

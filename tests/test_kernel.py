@@ -17,6 +17,20 @@ def test_default_cpu_limit_is_the_wall_clock_budget_on_every_core():
     assert Limits(cpu_s=7).cpu_limit_s() == 7
 
 
+def test_a_kernel_compiles_under_the_graders_xla_flags_with_the_chapters_device_count(tmp_path, monkeypatch):
+    """The trusted context compiles under the grader's XLA flags; a kernel gets the same ones, or a flag that changes
+    the optimized HLO would make a compiled program's cost differ between the two (a right answer losing points)."""
+    from autograder.kernel import kernel_env
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_use_fusion_emitters=false "
+                                    "--xla_backend_optimization_level=0")
+    assert kernel_env(tmp_path, 4)["XLA_FLAGS"].split() == [
+        "--xla_cpu_use_fusion_emitters=false", "--xla_backend_optimization_level=0",
+        "--xla_force_host_platform_device_count=4"]
+    monkeypatch.delenv("XLA_FLAGS")
+    assert kernel_env(tmp_path, 2)["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
+
+
 def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
     """Killed at 2 CPU-s, not later, and the student reads why. As PID 1 of its namespace the kernel outlives a
     SIGXCPU: with the limit at (2, 7) it died at the hard limit, near 7 CPU-s."""
