@@ -137,6 +137,27 @@ def load_chapter(path: Path) -> Chapter:
     return Chapter(name, cells, exercises, int(m.group(1)) if m else 8)
 
 
+def released_stubs(released: Path) -> dict[str, str]:
+    """Per exercise id, its answer cell in the released notebook ``released`` (the stub a student starts from),
+    normalized as :func:`as_released` compares it; empty when there is no such notebook."""
+    try:
+        nb = json.loads(Path(released).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    stubs = {}
+    for cell in nb.get("cells", []):
+        gid = str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
+        if cell.get("cell_type") == "code" and gid.endswith("-answer"):
+            stubs[gid.removesuffix("-answer")] = _norm(source_of(cell))
+    return stubs
+
+
+def as_released(eid: str, plan: Plan, stubs: dict[str, str]) -> bool:
+    """Whether the student left exercise ``eid`` as released: its answer cell is the stub (up to trailing spaces and
+    blank lines at either end), with no cell of their own before it."""
+    return eid in stubs and eid in plan.answers and not plan.helpers.get(eid) and _norm(plan.answers[eid]) == stubs[eid]
+
+
 @dataclass
 class Plan:
     """What of a student's notebook runs: per exercise, helper cells then the answer cell."""

@@ -71,10 +71,11 @@ def fingerprint(solution_hash: str, path: Path) -> str:
 
 
 def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, workers: int,
-            unrestricted: bool = False) -> Shared:
+            unrestricted: bool = False, stubs: dict[str, str] | None = None) -> Shared:
     """Everything per chapter, once per run: the trusted context (started in a thread), each surface's library,
     the replay steps, the exercise groups and a warm pool of kernels. (``unrestricted``: also a group with all
-    of scalelib, for tests that prove a delegating answer would pass if it could reach the library.)"""
+    of scalelib, for tests that prove a delegating answer would pass if it could reach the library; ``stubs``: the
+    released answer cells, :func:`align.released_stubs`.)"""
     # IPython is imported whole before the threads below start: the trusted context's set-up cell and the threads
     # that start kernels or judge students could import it for the first time at once, and one of them would find it
     # half-initialized ("cannot import name 'locate_profile' from partially initialized module").
@@ -106,7 +107,8 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
     steps = replay_steps(chapter)
     pool = KernelPool(limits, work / "scratch", logs, flavours, ahead=workers)
     open_groups = groups(chapter, dict.fromkeys(chapter.exercises, everything), steps)
-    return Shared(chapter, context, steps, groups(chapter, surfaces, steps), pool, limits, logs, open_groups)
+    return Shared(chapter, context, steps, groups(chapter, surfaces, steps), pool, limits, logs, open_groups,
+                  stubs or {})
 
 
 class _Say:
@@ -223,7 +225,8 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                 continue
             todo.append((student, cand, fp))
         if todo:
-            _grade_all(ch, todo, work, out_dir, limits, workers, done, say, unrestricted)
+            stubs = align.released_stubs(root / "chapters" / f"{chapter}.ipynb")
+            _grade_all(ch, todo, work, out_dir, limits, workers, done, say, unrestricted, stubs)
         ordered = [done[s] for s in sorted(done)]
         for r in ordered:
             stem = submissions.file_stem(r.student)
@@ -313,13 +316,13 @@ def _grade_twice(shared: Shared, student: str, cand: submissions.Candidate, fp: 
 
 def _grade_all(ch: align.Chapter, todo: list[tuple[str, submissions.Candidate, str]], work: Path, out_dir: Path,
                limits: Limits, workers: int, done: dict[str, StudentResult], say: _Say,
-               unrestricted: frozenset[str] = frozenset()) -> None:
+               unrestricted: frozenset[str] = frozenset(), stubs: dict[str, str] | None = None) -> None:
     start = time.perf_counter()
     say(f"grading {len(todo)} notebooks of {ch.name} with {min(workers, len(todo))} workers"
         f" ({'sandboxed' if limits.sandbox else 'NOT sandboxed'}; limits: {limits.cell_timeout_s:.0f} s/cell,"
         f" {limits.notebook_timeout_s:.0f} s/notebook, {limits.memory_mb} MB, {limits.disk_mb} MB disk,"
         f" {limits.max_output_bytes} B output)")
-    shared = prepare(ch, work, out_dir / "logs", limits, min(workers, len(todo)), bool(unrestricted))
+    shared = prepare(ch, work, out_dir / "logs", limits, min(workers, len(todo)), bool(unrestricted), stubs)
     try:
         shared.pool.expect([g.surface.key for s, _, _ in todo
                             for g in (shared.open_groups if s in unrestricted else shared.groups)])

@@ -52,6 +52,12 @@ class KernelPool:
             self._wanted.extend(keys)
             self._cond.notify_all()
 
+    def forget(self, key: str) -> None:
+        """One kernel of flavour ``key`` that :meth:`expect` announced will not be asked for after all; if it is
+        started already, the next student who needs that flavour gets it."""
+        with self._cond, contextlib.suppress(ValueError):
+            self._wanted.remove(key)
+
     def _start(self, key: str) -> KernelSession:
         """A started kernel; raises KernelStartFailed (whatever went wrong) and leaves nothing behind then."""
         f = self.flavours[key]

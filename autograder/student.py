@@ -8,7 +8,8 @@
    demo cells it receives what they bound (recorded by the trusted context; no instructor cell runs in it); for
    each answer it runs the student's own cells; for each test of the group the judge runs the instructor's test in
    the grader, calling the student's functions in the kernel. A kernel that dies is replaced, without the exercise
-   it died in, at most ``MAX_RESTARTS`` times.
+   it died in, at most ``MAX_RESTARTS`` times. A group whose every answer cell the student left as released (the
+   stub itself, :func:`autograder.align.as_released`) is not run: those exercises are not answered.
 4. :func:`finish`: the status and the result.
 """
 
@@ -25,11 +26,14 @@ from autograder import align, submissions
 from autograder.judge import Judge, Verdict
 from autograder.kernel import KernelDied, KernelSession, KernelStartFailed, KernelTimedOut, Limits
 from autograder.pool import KernelPool
-from autograder.results import SEVERITY, Status, StudentResult
+from autograder.results import NOT_ANSWERED, SEVERITY, Status, StudentResult
 from autograder.surface import Surface
 from autograder.trusted import TrustedContext
 
 MAX_RESTARTS = 3  # a kernel that dies is replaced without the exercise it died in, at most this often per group
+# The verdict of an answer cell left as released (align.as_released): it is the stub, which earns nothing; when every
+# answer of a group is its stub, no kernel is started for the group.
+NOT_RUN_STUB = f"{NOT_ANSWERED}: the answer cell is still the stub you were given"
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Shared:
     limits: Limits
     logs: Path
     open_groups: list[Group] = field(default_factory=list)  # all of scalelib: see grade(unrestricted=...)
+    stubs: dict[str, str] = field(default_factory=dict)  # exercise id -> its released stub (align.released_stubs)
 
 
 @dataclass
@@ -316,6 +321,11 @@ def grade_student(shared: Shared, student: str, cand: submissions.Candidate, fp:
             out.worsen(Status.TIMED_OUT)
             out.note(f"notebook time limit ({shared.limits.notebook_timeout_s:.0f} s) reached")
             break
-        if group.exercises & set(plan.answers):
+        answered = group.exercises & set(plan.answers)
+        if answered and all(align.as_released(eid, plan, shared.stubs) for eid in answered):
+            for eid in sorted(answered):  # nothing of the student's to run: no kernel
+                out.record(eid, Verdict(0.0, chapter.exercises[eid].points, False, NOT_RUN_STUB))
+            shared.pool.forget(group.surface.key)
+        elif answered:
             grade_group(shared, group, plan, out, deadline, log)
     return finish(student, cand, plan, out, chapter.max_score, time.perf_counter() - start, fp)

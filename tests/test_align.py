@@ -49,3 +49,30 @@ def test_answers_are_found_by_what_they_define(chapter):
              {"cell_type": "code", "metadata": {}, "source": "helper = 1"}]
     plan = align.plan(cells, chapter)
     assert plan.answers[eid] == ex.answer_source and not plan.problems
+
+
+def test_an_answer_left_as_released_is_told_from_one_changed_by_a_character_or_a_cell_before_it(chapter):
+    """The grader starts no kernel for a group whose answers are all their stubs (autograder.student), so the test
+    for "left as released" must be exact: the stub up to trailing spaces and blank lines at either end, with no
+    cell of the student's own run before it."""
+    import json
+
+    released = json.loads((course.CHAPTERS / "01_rooflines.ipynb").read_text())["cells"]
+    stubs = align.released_stubs(course.CHAPTERS / "01_rooflines.ipynb")
+    assert set(stubs) == set(chapter.exercises)
+    assert align.plan(released, chapter).answers and all(
+        align.as_released(eid, align.plan(released, chapter), stubs) for eid in chapter.exercises)
+    eid = next(iter(chapter.exercises))
+    cell = next(c for c in released if c["metadata"].get("nbgrader", {}).get("grade_id") == f"{eid}-answer")
+    stub = align.source_of(cell)
+
+    def left(source: str, before: str = "") -> bool:
+        cells = [{"cell_type": "code", "metadata": {}, "source": before}] if before else []
+        return align.as_released(eid, align.plan([*cells, {"cell_type": "code", "metadata": {}, "source": source}],
+                                                 chapter), stubs)
+
+    assert left(stub) and left("\n" + stub.replace("\n", "  \n") + "\n\n")
+    assert "raise NotImplementedError" in stub and not left(stub.replace("raise NotImplementedError", "raise ValueError"))
+    assert not left(stub + "\nx = 1") and not left(stub.replace("    ", "\t", 1))
+    assert not left(stub, before="import numpy as np  # a cell of the student's own, run before the answer")
+    assert align.released_stubs(course.CHAPTERS / "no_such_chapter.ipynb") == {}

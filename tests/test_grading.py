@@ -39,6 +39,15 @@ def _answered(wrong=False):
     return answered(CHAPTER, _wrong if wrong else None)
 
 
+def _answered_only(eid):
+    """The released notebook with only ``eid`` answered (from solutions/)."""
+    nb = nbformat.read(course.CHAPTERS / f"{CHAPTER}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{eid}-answer")
+    cell.source = next(c for c in answered(CHAPTER).cells
+                       if c.metadata.get("nbgrader", {}).get("grade_id") == f"{eid}-answer").source
+    return nb
+
+
 # Issue #19's hostile entries, none of which needs a kernel. 3: names the file system refuses.
 TOO_LONG = "x" * 300 + ".ipynb"  # one name over 255 bytes
 TOO_DEEP = "/".join(["d" * 250] * 20) + "/deep.ipynb"  # a path over 4096 bytes
@@ -75,6 +84,7 @@ bob,Bob Marley,bob@example.org
 carol,"Ann Duffy, Carol",
 dave,Dave,
 delegator,Del Egator,
+frank,Frank,
 delegator_open,,
 second,Sec Ond,
 """
@@ -90,6 +100,7 @@ def graded(tmp_path_factory):
     nbformat.write(_answered(), subs / "alice.ipynb")
     shutil.copy(course.CHAPTERS / f"{CHAPTER}.ipynb", subs / "bob" / f"{CHAPTER}.ipynb")  # untouched
     nbformat.write(_answered(wrong=True), subs / "carol.ipynb")
+    nbformat.write(_answered_only(WRONG), subs / "frank.ipynb")  # one exercise answered, the rest as released
     (subs / "dave.ipynb").write_text("{ this is not json")
     nbformat.write(delegating(CHAPTER), subs / "delegator.ipynb")
     nbformat.write(delegating(CHAPTER), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
@@ -124,9 +135,28 @@ def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
 
 
 def test_untouched_notebook_scores_zero(graded):
-    results, rows, _ = graded
+    from autograder.student import NOT_RUN_STUB
+
+    results, rows, out = graded
     assert results["bob"].status == "graded" and results["bob"].score == 0
     assert all(v == 0 for v in results["bob"].exercises.values())
+    assert results["bob"].messages == dict.fromkeys(results["bob"].exercises, NOT_RUN_STUB)
+    assert not (out / "logs" / "bob.kernel.log").exists()  # no kernel was started for him
+
+
+def test_stubs_beside_an_answer_are_run_and_judged_in_its_kernel(graded):
+    """The grader skips a group's kernel only when every answer of the group is still its released stub (bob, in
+    tests/test_grading_chapters.py): beside one real answer, the stubs run in the kernel and the judge finds that
+    they still raise."""
+    from autograder.student import NOT_RUN_STUB
+
+    results, _, out = graded
+    frank, alice = results["frank"], results["alice"]
+    assert frank.status == "graded" and frank.score == frank.exercises[WRONG] == alice.exercises[WRONG] > 0
+    stubs = {e: m for e, m in frank.messages.items() if e != WRONG}
+    assert set(stubs) == set(frank.exercises) - {WRONG} and NOT_RUN_STUB not in stubs.values()
+    assert all(m.startswith("not answered yet: your function still raises its stub") for m in stubs.values()), stubs
+    assert (out / "logs" / "frank.kernel.log").exists()
 
 
 def test_one_wrong_answer_loses_exactly_its_points(graded):

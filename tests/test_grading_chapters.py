@@ -11,6 +11,7 @@ import nbformat
 import pytest
 
 from autograder import course, grade, report
+from autograder.student import NOT_RUN_STUB
 from tests.notebook_answers import answered, delegating, second_answers, solution_cells
 from tests.second_answers import SECOND
 
@@ -184,10 +185,13 @@ def test_full_marks_for_the_solution(graded):
 
 
 def test_untouched_notebook_scores_zero(graded):
-    chapter, results, _ = graded
+    chapter, results, out = graded
     bob = results["bob"]
     assert bob.status == "graded" and bob.score == 0, (chapter, bob.exercises)
     assert bob.exercises and all(v == 0 for v in bob.exercises.values())
+    # every answer is its released stub: said so, and no kernel was started for him (none wrote to his log)
+    assert bob.messages == dict.fromkeys(bob.exercises, NOT_RUN_STUB), (chapter, bob.messages)
+    assert not (out / "logs" / "bob.kernel.log").exists()
 
 
 def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
