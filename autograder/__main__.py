@@ -61,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--lms", choices=["canvas"], help=lms_help)
     mg.add_argument("--lms-assignment", help="as for grade")
     mg.add_argument("--nbgrader-course", type=Path, help="nbgrader course folder (default: OUT/nbgrader)")
+    fu = sub.add_parser("forget-unsafe-ids", help="list (and with --yes remove) the gradebook rows an earlier grader "
+                        "wrote under student ids that formgrader would show unescaped")
+    fu.add_argument("course_dir", type=Path, help="the nbgrader course folder (grade's --nbgrader-course, default "
+                                                   "OUT/nbgrader)")
+    fu.add_argument("--yes", action="store_true", help="remove those rows and their submissions from gradebook.db")
     sub.add_parser("doctor", help="check what the sandbox needs from this host, and that kernels import the "
                                     "grader's own scalelib")
     args = parser.parse_args(argv)
@@ -77,12 +82,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}")
         return 0 if all(c.ok or not c.required for c in checks) else 1
 
+    if args.command == "forget-unsafe-ids":
+        from autograder import gradebook
+
+        if not (args.course_dir / "gradebook.db").exists():
+            print(f"no gradebook.db in {args.course_dir}: give the nbgrader course folder grade wrote "
+                  "(--nbgrader-course, default OUT/nbgrader)", file=sys.stderr)
+            return 2
+        lines = gradebook.forget(args.course_dir, remove=args.yes)
+        for line in lines:
+            print(line)
+        print(f"{len(lines)} rows {'removed' if args.yes else 'found; run again with --yes to remove them'}"
+              if lines else "no unsafe ids: formgrader can be opened on this folder")
+        return 0
+
     if args.command == "merge":
         from autograder import shards
 
         merged = shards.merge(args.shards, args.out, allow_partial=args.allow_partial, roster=args.roster,
                               lms=args.lms, lms_assignment=args.lms_assignment, nbgrader_dir=args.nbgrader_course)
         print(f"{len(merged)} students from {len(args.shards)} shards; wrote {args.out / 'grades.csv'}")
+        from autograder import gradebook
+
+        warning = gradebook.unsafe_ids_warning(args.nbgrader_course or args.out / "nbgrader")
+        if warning:
+            print(warning)
         return 0
 
     from autograder import release

@@ -244,6 +244,11 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
             say(f"nbgrader gradebook: {book.finish(ordered, rows, graded, say)} (there: `nbgrader export`, or "
                 "`jupyter lab` for formgrader)")
+            from autograder import gradebook
+
+            warning = gradebook.unsafe_ids_warning(book.folder)
+            if warning:
+                say(warning)
         shards.write_marker(out_dir, marker, mine, complete=True)
         if mapping.unmatched:
             say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")

@@ -106,8 +106,8 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 # What formgrader's pages put into HTML and JavaScript as it is (its templates are not autoescaped: e.g.
-# `var student_id = "{{ student_id }}";`), what cannot be a folder name, and the mark of a hashed id
-_UNSAFE_ID = re.compile(r"[\"'`\\<>&/~]")
+# `var student_id = "{{ student_id }}";`) and what cannot be a folder name
+_UNSAFE_ID = re.compile(r"[\"'`\\<>&/]")
 
 
 def nbgrader_id(student: str) -> str:
@@ -117,9 +117,61 @@ def nbgrader_id(student: str) -> str:
     names give the ids) becomes :func:`autograder.submissions.file_stem`'s ``<readable>~<hash>``, and so does one
     with a ``~``: a kept id never holds one and a hashed id always does, so two students never share a row.
     formgrader then shows the original id as the name. ``grades.csv`` keeps every id as it is."""
-    if _UNSAFE_ID.search(student) or not student.isprintable() or student in ("", ".", ".."):
+    if "~" in student or _unsafe(student):
         return submissions.file_stem(student)
     return student
+
+
+def _unsafe(sid: str) -> bool:
+    """Whether formgrader would carry ``sid`` into its pages unescaped, or it is no folder name of its own."""
+    return bool(_UNSAFE_ID.search(sid)) or not sid.isprintable() or sid in ("", ".", "..")
+
+
+def unsafe_ids(course_dir: Path) -> list[str]:
+    """Student ids in the course folder's gradebook that :func:`nbgrader_id` would not keep for being unsafe: rows
+    an earlier grader wrote (it used every id as it was). formgrader's pages would carry such an id into their HTML
+    or JavaScript unescaped, so formgrader should not be opened while one is there (see :func:`forget`)."""
+    if not (Path(course_dir) / "gradebook.db").exists():
+        return []
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url(course_dir)) as gb:
+        return sorted(s.id for s in gb.students if _unsafe(s.id))
+
+
+def unsafe_ids_warning(course_dir: Path) -> str:
+    """What to tell an instructor whose course folder holds :func:`unsafe_ids` ('' when it holds none)."""
+    ids = unsafe_ids(course_dir)
+    if not ids:
+        return ""
+    shown = ", ".join(safe_text.printable(repr(i)) for i in ids[:5])
+    shown += f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+    return (f"WARNING: {course_dir / 'gradebook.db'} still holds {len(ids)} student rows written by an earlier grader "
+            f"under ids that formgrader would put into its pages unescaped ({shown}); this grader writes those "
+            "students under safe ids. Do not open formgrader on this folder until they are gone: "
+            f"`python -m autograder forget-unsafe-ids {course_dir}` lists what they hold, and with --yes removes them.")
+
+
+def forget(course_dir: Path, remove: bool) -> list[str]:
+    """One line per :func:`unsafe_ids` row: the id (escaped), its submissions and how many manual scores they hold;
+    with ``remove``, the rows and their submissions are deleted from the gradebook (nbgrader's ``remove_student``).
+    Files under ``submitted/`` and ``autograded/`` stay; formgrader lists only what the gradebook holds."""
+    from nbgrader.api import Gradebook
+
+    ids, lines = unsafe_ids(course_dir), list[str]()
+    if not ids:
+        return lines
+    with Gradebook(db_url(course_dir)) as gb:
+        for sid in ids:
+            student = gb.find_student(sid)
+            held = sorted(sub.assignment.name for sub in student.submissions)
+            manual = sum(g.manual_score is not None for sub in student.submissions for nb in sub.notebooks
+                         for g in nb.grades)
+            lines.append(f"{safe_text.printable(repr(sid))}: submissions of {', '.join(held) or 'nothing'}; "
+                         f"{manual} manual scores" + ("; removed" if remove else ""))
+            if remove:
+                gb.remove_student(sid)
+    return lines
 
 
 def _student(gb: Any, student: str, row: dict[str, str] | None) -> str:
