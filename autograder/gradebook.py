@@ -136,7 +136,11 @@ def unsafe_ids(course_dir: Path) -> list[str]:
     from nbgrader.api import Gradebook
 
     with Gradebook(db_url(course_dir)) as gb:
-        return sorted(s.id for s in gb.students if _unsafe(s.id))
+        return _unsafe_ids(gb)
+
+
+def _unsafe_ids(gb: Any) -> list[str]:
+    return sorted(s.id for s in gb.students if _unsafe(s.id))
 
 
 def unsafe_ids_warning(course_dir: Path) -> str:
@@ -156,13 +160,13 @@ def forget(course_dir: Path, remove: bool) -> list[str]:
     """One line per :func:`unsafe_ids` row: the id (escaped), its submissions and how many manual scores they hold;
     with ``remove``, the rows and their submissions are deleted from the gradebook (nbgrader's ``remove_student``).
     Files under ``submitted/`` and ``autograded/`` stay; formgrader lists only what the gradebook holds."""
+    lines: list[str] = []
+    if not (Path(course_dir) / "gradebook.db").exists():
+        return lines  # nothing to list; opening it would create one
     from nbgrader.api import Gradebook
 
-    ids, lines = unsafe_ids(course_dir), list[str]()
-    if not ids:
-        return lines
     with Gradebook(db_url(course_dir)) as gb:
-        for sid in ids:
+        for sid in _unsafe_ids(gb):
             student = gb.find_student(sid)
             held = sorted(sub.assignment.name for sub in student.submissions)
             manual = sum(g.manual_score is not None for sub in student.submissions for nb in sub.notebooks
