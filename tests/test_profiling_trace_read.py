@@ -1,7 +1,9 @@
 """scalelib.profiling.trace.read: traces of real sharded programs on 8 simulated devices, read into records."""
 
+import json
 from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,8 @@ from scalelib import hlo
 from scalelib.profiling import trace
 from tests import trace_cases
 from tests.trace_cases import STEPS
+
+GPU_TRACE = Path(__file__).parent / "data" / "gpu_trace"  # taken on an H200 by tools/gpu_trace_sample.py
 
 
 @pytest.fixture(scope="module", params=sorted(trace_cases.BUILDERS))
@@ -137,6 +141,35 @@ def test_a_tpu_shaped_trace_is_read_per_core_and_step():
     assert [op.kind for op in tr.on(1, 1)] == ["compute", "collective", "compute", "collective"]
     assert tr.on(1, 1)[2].duration_s == pytest.approx(3e-6, rel=1e-9)
 
+
+
+def test_a_real_gpu_trace_is_read_per_kernel_and_step():
+    """Kernels on a CUDA stream, most inside a CUDA graph (hlo_op "command_buffer_1"); steps from the host's launches."""
+    meta = json.loads((GPU_TRACE / "trace.json").read_text())
+    hlo_text = (GPU_TRACE / "trace.hlo.txt").read_text()
+    tr = trace.read(GPU_TRACE / "trace.xplane.pb", hlo_text=hlo_text)
+    assert (tr.platform, tr.module, tr.devices, tr.steps) == ("gpu", meta["module"], (0,), meta["steps"])
+    assert tr.matched == len(tr.ops) and {op.opcode for op in tr.ops} == {"fusion"}
+    steps = [tr.step(k) for k in range(tr.steps)]
+    assert len({tuple(op.name for op in s) for s in steps}) == 1 and len(steps[0]) == 10
+    assert all(a[-1].start_s < b[0].start_s for a, b in pairwise(steps))  # capture waits for each step
+    b, d, f = (meta["shapes"][k] for k in ("batch", "d_model", "d_ff"))
+    gemms = [op for op in steps[0] if op.flops]  # 2 matmuls forward, 3 backward, each 2 B D F
+    assert sorted(op.flops for op in gemms) == [2.0 * b * d * f] * 5
+    assert {op.scope for op in gemms} == {"jvp(up)", "jvp(down)", "transpose(jvp(up))", "transpose(jvp(down))"}
+    assert {op.name for op in trace.read(GPU_TRACE / "trace.xplane.pb").ops} == {op.name for op in tr.ops}
+
+
+def test_a_kernel_in_a_cuda_graph_is_named_after_its_fusion():
+    from scalelib.profiling.trace.read import _kernel_op
+
+    index = trace.read(GPU_TRACE / "trace.xplane.pb", hlo_text=(GPU_TRACE / "trace.hlo.txt").read_text())
+    names = {ins.name: ins for ins in index.instructions}
+    assert _kernel_op("fusion.3", "loop_fusion_3", names) == ("fusion.3", True)  # outside a graph: hlo_op
+    assert _kernel_op("command_buffer_1", "gemm_fusion_dot_2", names) == ("gemm_fusion_dot.2", True)
+    assert _kernel_op("command_buffer_1", "input_reduce_fusion", names) == ("input_reduce_fusion", True)
+    assert _kernel_op("command_buffer", "sm90_xmma_gemm_f32_cublas", names) == ("sm90_xmma_gemm_f32_cublas", False)
+    assert _kernel_op("command_buffer_2", "loop_add_fusion_7", {}) == ("loop_add_fusion.7", True)  # no HLO given
 
 
 def test_the_median_step_is_a_typical_one():

@@ -13,9 +13,16 @@ timed events with stats. JAX parses it with ``jax.profiler.ProfileData``; ``read
   collective holds a ``Rendezvous`` event: the time it waited for the other devices to arrive, with
   the devices taking part.
 * On a TPU every core has a ``/device:TPU:N`` plane whose ``XLA Ops`` line holds the ops and whose
-  ``XLA Modules`` line marks each run of a program (a step); GPU kernels carry ``hlo_op`` stats on
-  ``/device:GPU:N`` planes. This layout is what the profiler documents; the course checks it only on
-  CPU traces and on a hand-written TPU-shaped trace in its tests.
+  ``XLA Modules`` line marks each run of a program (a step). The course checks this layout on a
+  hand-written TPU-shaped trace only.
+* On a GPU each ``/device:GPU:N`` plane has a line per CUDA stream holding the kernels, each with an
+  ``hlo_op`` stat and a ``correlation_id`` that the host's launch of it (on a ``/host:CPU`` thread,
+  inside the program execution that carries the ``run_id``) shares: that gives the step. XLA:GPU
+  runs a sequence of kernels as one CUDA graph (a "command buffer"); its kernels carry the graph's
+  name as ``hlo_op`` (``command_buffer_1``), so the op is read from the kernel's own name, which XLA
+  takes from the fusion's with ``.`` written ``_`` (``gemm_fusion_dot_2`` runs ``gemm_fusion_dot.2``).
+  A kernel of a graph that is no instruction's (a cuBLAS kernel) keeps its kernel name. The suite
+  reads a trace taken on an H200 (tests/data/gpu_trace, made by tools/gpu_trace_sample.py).
 
 A loop (``while``) is traced as one event around the ops of its body; such enclosing events are
 dropped, so the records never count the same time twice on one thread.
@@ -35,6 +42,8 @@ from scalelib.profiling.trace.match import HloInstruction, index_hlo, kind_by_na
 
 _DEVICE_PLANE = re.compile(r"^/device:([A-Za-z]+):(\d+)$")
 _PEERS = re.compile(r"global_devices=\[([\d, ]*)\]")
+_COMMAND_BUFFER = re.compile(r"^command_buffer(_\d+)?$")  # XLA:GPU's CUDA-graph thunk
+_KERNEL_NUMBER = re.compile(r"_(\d+)$")  # kernel "loop_reduce_fusion_1" runs instruction "loop_reduce_fusion.1"
 
 
 class TraceError(ValueError):
@@ -127,9 +136,45 @@ def _module_run(ev: Any) -> tuple[int, str, str | None]:
     return ev.start_ns, named.group(1), named.group(2)
 
 
-def _events(pd: Any) -> list[dict]:
+def _launch_runs(pd: Any) -> dict[str, Any]:
+    """GPU traces: correlation id of each launch on a host thread -> run id of the program execution around it."""
+    runs: dict[str, Any] = {}
+    for plane in pd.planes:
+        if _DEVICE_PLANE.match(plane.name):
+            continue
+        for line in plane.lines:
+            executions, launches = [], []
+            for ev in line.events:
+                stats = dict(ev.stats)
+                if "run_id" in stats and "hlo_op" not in stats:  # an execution, not a CPU op
+                    executions.append((ev.start_ns, ev.start_ns + ev.duration_ns, stats["run_id"]))
+                elif "correlation_id" in stats:
+                    launches.append((ev.start_ns, str(stats["correlation_id"])))
+            for start, corr in launches:
+                around = [run for lo, hi, run in executions if lo <= start <= hi]
+                if around:
+                    runs[corr] = around[-1]
+    return runs
+
+
+def _kernel_op(hlo_op: str, kernel: str, index: dict[str, HloInstruction]) -> tuple[str, bool]:
+    """(instruction, found) for a GPU kernel: its ``hlo_op``, or inside a CUDA graph the kernel's own name.
+
+    ``found`` is False for a graph's kernel that is no instruction of ``index`` (a library kernel, such as
+    cuBLAS's): it keeps its kernel name.
+    """
+    if not _COMMAND_BUFFER.match(hlo_op):
+        return hlo_op, True
+    named = _KERNEL_NUMBER.sub(r".\1", kernel)
+    if not index:
+        return named, True
+    return next(((n, True) for n in (kernel, named) if n in index), (kernel, False))
+
+
+def _events(pd: Any, index: dict[str, HloInstruction]) -> list[dict]:
     """Every XLA op event of a parsed XSpace, as mutable dicts (module, device, run, times, waits)."""
     ops: list[dict] = []
+    launch_runs: dict[str, Any] | None = None
     for plane in pd.planes:
         dev_plane = _DEVICE_PLANE.match(plane.name)
         platform = dev_plane.group(1).lower() if dev_plane else "cpu"
@@ -140,16 +185,23 @@ def _events(pd: Any) -> list[dict]:
         for line in plane.lines:
             open_op: dict | None = None
             on_device_ops = bool(dev_plane) and line.name == "XLA Ops"
+            gpu_stream = bool(dev_plane) and not on_device_ops  # one kernel per event; no loop events around them
             for ev in sorted(line.events, key=lambda e: e.start_ns):
                 stats = dict(ev.stats)
                 if "hlo_op" in stats or on_device_ops:
-                    if open_op is not None and ev.start_ns < open_op["end"]:
-                        open_op["container"] = True  # a loop or call around this op
+                    if open_op is not None and ev.start_ns < open_op["end"] and not gpu_stream:
+                        open_op["container"] = True  # a loop or call around this op (a GPU's kernels may overlap)
                     device = stats.get("device_ordinal", dev_plane.group(2) if dev_plane else 0)
-                    open_op = {"name": str(stats.get("hlo_op", ev.name)), "module": str(stats.get("hlo_module", "")),
+                    name, found = str(stats.get("hlo_op", ev.name)), True
+                    if gpu_stream:
+                        name, found = _kernel_op(name, ev.name, index)
+                    open_op = {"name": name, "found": found, "module": str(stats.get("hlo_module", "")),
                                "device": int(device or 0), "program": stats.get("program_id"),
                                "run": stats.get("run_id"), "start": ev.start_ns, "end": ev.start_ns + ev.duration_ns,
                                "wait": 0.0, "peers": (), "thread": line.name, "platform": platform}
+                    if open_op["run"] is None and "correlation_id" in stats:  # a GPU kernel: its launch's run
+                        launch_runs = _launch_runs(pd) if launch_runs is None else launch_runs
+                        open_op["run"] = launch_runs.get(str(stats["correlation_id"]))
                     if open_op["run"] is None:  # a device plane: the step is the module run around the op
                         before = [m for m in modules if m[0] <= ev.start_ns]
                         open_op["run"] = len(before)
@@ -176,7 +228,9 @@ def _one_program(module: str, events: list[dict], index: dict[str, HloInstructio
     if len(programs) < 2:
         return events
     if index:
-        fits = [p for p in programs if all(e["name"] in index for e in events if str(e["program"]) == p)]
+        fits = [p for p in programs  # every op of it an instruction (a library kernel in a CUDA graph aside)
+                if all(e["name"] in index for e in events if str(e["program"]) == p and e["found"])
+                and any(e["found"] for e in events if str(e["program"]) == p)]
         if len(fits) == 1:
             return [e for e in events if e["program"] is None or str(e["program"]) == fits[0]]
         if not fits:
@@ -212,7 +266,7 @@ def read(source: Capture | bytes | str | os.PathLike, hlo_text: str | None = Non
                          "inside jax.profiler.trace, or use scalelib.profiling.trace.capture")
     index = index_hlo(hlo_text) if hlo_text else {}
     module = module or (module_name(hlo_text) if hlo_text else None)
-    events = _events(pd)
+    events = _events(pd, index)
     found: dict[str, int] = {}
     for e in events:
         found[e["module"]] = found.get(e["module"], 0) + 1
@@ -238,7 +292,7 @@ def read(source: Capture | bytes | str | os.PathLike, hlo_text: str | None = Non
                              (e["end"] - e["start"]) * 1e-9, ins.kind if ins else kind_by_name(e["name"]),
                              e["wait"] * 1e-9, ins.scope if ins else "", ins.opcode if ins else "",
                              ins.flops if ins else 0.0, ins.bytes if ins else 0, e["peers"], e["thread"]))
-    missing = sorted({r.name for r in records} - set(index))
+    missing = sorted({e["name"] for e in events if e["found"]} - set(index))
     if index and missing:
         raise TraceError(f"{len(missing)} of the trace's ops (e.g. {missing[:3]}) are not instructions of the HLO "
                          "given; pass the compiled text of the program that was traced")
