@@ -73,7 +73,8 @@ class Sizes:
     block: int  # flash attention's block_q = block_k
     sweep_batches: tuple[int, ...]  # CPU reference: scalelib.machine's matmul sweep ...
     sweep_d: int  # ... of x[B, d] @ W[d, d]
-    repeats: int  # timed runs per measurement (best kept), after one warm-up
+    repeats: int  # timed samples per measurement (best kept), after one warm-up
+    calls: int = 1  # runs per sample, back to back (machine.best_time_s): 1 on a CPU
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,11 @@ def seconds(value_s: float) -> str:
     return f"{value_s * 1e6:.3g} us"
 
 
+def timing(sizes: Sizes) -> str:
+    """How a measurement was timed: "best of 3", or "best of 10 x 10 runs back to back"."""
+    return f"best of {sizes.repeats}" + (f" x {sizes.calls} runs back to back" if sizes.calls > 1 else "")
+
+
 def format_line(line: CheckLine, width: int = 18) -> str:
     """``name  status  detail`` in columns; a detail of several lines is indented under the first."""
     pad = " " * (width + 10)
@@ -144,7 +150,7 @@ def sizes_for(platform: str, quick: bool) -> Sizes:
         return Sizes(128, 4 * 2**20, (1, 128, 2, 32), 64, (1, 16, 128), 256, 2)
     if platform == "cpu":
         return Sizes(1024, 64 * 2**20, (1, 512, 4, 64), 128, (1, 8, 64, 512), 1024, 3)
-    return Sizes(8192, 2**30, (4, 2048, 16, 128), 256, (), 0, 10)
+    return Sizes(8192, 2**30, (4, 2048, 16, 128), 256, (), 0, 10, calls=10)
 
 
 def attention_tolerance(dtype_name: str) -> float:
@@ -168,7 +174,7 @@ def _guard(name: str, fn: Callable[[], CheckLine]) -> CheckLine:
         return CheckLine(name, "FAIL", f"{type(err).__name__}: {first}")
 
 
-def matmul_flops_per_s(dtype_name: str, d: int, repeats: int) -> float:
+def matmul_flops_per_s(dtype_name: str, d: int, repeats: int, calls: int = 1) -> float:
     """FLOPs/s (int8: OPs/s) of [d, d] @ [d, d] in ``dtype_name`` (int8 accumulates in int32)."""
     import jax
     import jax.numpy as jnp
@@ -177,15 +183,15 @@ def matmul_flops_per_s(dtype_name: str, d: int, repeats: int) -> float:
 
     if dtype_name != "int8":
         dtype = {"bf16": jnp.bfloat16, "f32": jnp.float32}[dtype_name]
-        return machine.measure_matmul(d, d, dtype, repeats=repeats).flops_per_s
+        return machine.measure_matmul(d, d, dtype, repeats=repeats, calls=calls).flops_per_s
     kx, kw = jax.random.split(jax.random.key(1))
     x = jax.random.randint(kx, (d, d), -8, 8, jnp.int8)  # [d, d]
     w = jax.random.randint(kw, (d, d), -8, 8, jnp.int8)  # [d, d]
     matmul = jax.jit(partial(jax.lax.dot, preferred_element_type=jnp.int32))
-    return 2.0 * d**3 / machine.best_time_s(lambda: matmul(x, w), repeats)
+    return 2.0 * d**3 / machine.best_time_s(lambda: matmul(x, w), repeats, calls)
 
 
-def add_bytes_per_s(num_bytes: int, repeats: int) -> float:
+def add_bytes_per_s(num_bytes: int, repeats: int, calls: int = 1) -> float:
     """Bytes/s of z = x + y over float32 arrays of ``num_bytes`` each (two read, one written)."""
     import jax
     import jax.numpy as jnp
@@ -196,7 +202,7 @@ def add_bytes_per_s(num_bytes: int, repeats: int) -> float:
     x = jnp.arange(n, dtype=jnp.float32)  # [n]
     y = jnp.ones(n, jnp.float32)  # [n]
     add = jax.jit(jnp.add)
-    return 3.0 * 4 * n / machine.best_time_s(lambda: add(x, y), repeats)
+    return 3.0 * 4 * n / machine.best_time_s(lambda: add(x, y), repeats, calls)
 
 
 def cpu_reference(sizes: Sizes) -> Reference:
@@ -213,7 +219,7 @@ def cpu_reference(sizes: Sizes) -> Reference:
 def matmul_line(dtype_name: str, sizes: Sizes, ref: Reference) -> CheckLine:
     name = f"matmul {dtype_name}"
     try:
-        rate = matmul_flops_per_s(dtype_name, sizes.matmul_d, sizes.repeats)
+        rate = matmul_flops_per_s(dtype_name, sizes.matmul_d, sizes.repeats, sizes.calls)
     except Exception as err:
         if dtype_name != "int8":
             raise
@@ -225,15 +231,15 @@ def matmul_line(dtype_name: str, sizes: Sizes, ref: Reference) -> CheckLine:
     label = "f32 peak of " + ref.label if ref.label != "spec" else ref.label
     precision = ", JAX's default precision" if dtype_name == "f32" else ""
     return CheckLine(name, "measured", f"{versus(rate, reference, unit, label)}{note}"
-                                       f" [{sizes.matmul_d}^3{precision}, best of {sizes.repeats}]")
+                                       f" [{sizes.matmul_d}^3{precision}, {timing(sizes)}]")
 
 
 def bandwidth_line(sizes: Sizes, ref: Reference) -> CheckLine:
-    rate = add_bytes_per_s(sizes.add_bytes, sizes.repeats)
+    rate = add_bytes_per_s(sizes.add_bytes, sizes.repeats, sizes.calls)
     what = "HBM" if ref.label == "spec" else "bandwidth of"
     label = f"{ref.label} {what}" if ref.label == "spec" else f"{what} {ref.label}"
     return CheckLine("memory bandwidth", "measured", f"{versus(rate, ref.bytes_per_s, 'B/s', label)} "
-                                                     f"[x + y, 3 x {si(sizes.add_bytes, 'B')}]")
+                                                     f"[x + y, 3 x {si(sizes.add_bytes, 'B')}, {timing(sizes)}]")
 
 
 def attention_line(platform: str, sizes: Sizes) -> CheckLine:
@@ -262,8 +268,8 @@ def attention_line(platform: str, sizes: Sizes) -> CheckLine:
     got = np.asarray(flash(q, k, v), np.float32)
     err_rel = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
     tol = attention_tolerance(dtype_name)
-    t_flash = machine.best_time_s(lambda: flash(q, k, v), sizes.repeats)
-    t_fused = machine.best_time_s(lambda: fused(q, k, v), sizes.repeats)
+    t_flash = machine.best_time_s(lambda: flash(q, k, v), sizes.repeats, sizes.calls)
+    t_fused = machine.best_time_s(lambda: fused(q, k, v), sizes.repeats, sizes.calls)
     status = "ok" if err_rel <= tol else "FAIL"
     return CheckLine(name, status, f"max |flash - fused| / max(1, |fused|) = {err_rel:.1e} "
                                    f"{'<=' if status == 'ok' else '>'} {tol:.0e} ({dtype_name}, causal, "

@@ -22,3 +22,21 @@ def test_fit_recovers_synthetic_roofline():
 def test_fit_needs_two_points():
     with pytest.raises(ValueError, match="at least 2"):
         machine.fit_roofline([machine.Measurement("m", 1, 1, 1)])
+
+
+def test_a_sample_times_its_runs_back_to_back_and_waits_for_the_last():
+    log = []
+
+    class Result:
+        def block_until_ready(self):
+            log.append("wait")
+            return self
+
+    def run():
+        log.append("run")
+        return Result()
+
+    assert machine.best_time_s(run, repeats=2, calls=3) > 0
+    assert log == ["run", "wait"] + ["run", "run", "run", "wait"] * 2  # warm-up, then two samples of 3 runs
+    with pytest.raises(ValueError, match="calls .* must be a positive int"):
+        machine.best_time_s(run, calls=0)
