@@ -39,10 +39,12 @@ def test_fresh_process_gets_requested_count():
     assert out.stdout.strip() == "4", out.stderr
 
 
-def test_mesh_devices_on_cpu_are_the_default_devices():
+def test_mesh_devices_are_the_default_devices_or_the_cpus_beside_too_few():
     devices.setup(8)
-    assert devices.mesh_devices(4) == jax.devices()[:4]
-    assert list(compat.make_mesh((2, 4), ("x", "y")).devices.flat) == jax.devices()[:8]
+    default = jax.devices()  # on a machine with fewer than 8 accelerators the suite's meshes use the CPU devices
+    expected = default if len(default) >= 8 else jax.devices("cpu")
+    assert devices.mesh_devices(4) == expected[:4]
+    assert list(compat.make_mesh((2, 4), ("x", "y")).devices.flat) == expected[:8]
     with pytest.raises(devices.DeviceSetupError, match=r"a mesh of 64 devices needs 64 .*devices.setup\(64\)"):
         devices.mesh_devices(64)
     with pytest.raises(ValueError, match="positive int"):

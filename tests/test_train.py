@@ -1,6 +1,9 @@
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from scalelib import model, train
 
@@ -15,9 +18,6 @@ def test_reference_step_lowers_loss_and_is_deterministic():
         s1, loss = step(s1, tokens)
         losses.append(float(loss))
     assert losses[-1] < losses[0]
-    for _ in range(5):
-        s2, _ = step(s2, tokens)
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s1.params, s2.params)
     # return_grads: the same step, with the gradients Adam applied (those of loss_and_grads at the state it was given)
     s0 = train.init_state(jax.random.key(0), cfg)
     s3, loss3, grads = jax.jit(train.make_step(cfg, train.Adam(learning_rate=1e-2), return_grads=True))(s0, tokens)
@@ -27,6 +27,13 @@ def test_reference_step_lowers_loss_and_is_deterministic():
     jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7),
                  grads, want)
     assert jax.tree.structure(s3) == jax.tree.structure(s1)
+    # Five more steps from the same start give the same weights, bit for bit. XLA:CPU guarantees that; XLA:GPU
+    # only under --xla_gpu_deterministic_ops=true (on an H200 one weight in 16384 came out 1 ulp apart without it).
+    if jax.devices()[0].platform == "gpu" and "--xla_gpu_deterministic_ops=true" not in os.environ.get("XLA_FLAGS", ""):
+        pytest.skip("XLA:GPU reduces in no fixed order unless XLA_FLAGS has --xla_gpu_deterministic_ops=true")
+    for _ in range(5):
+        s2, _ = step(s2, tokens)
+    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)), s1.params, s2.params)
 
 
 def test_adam_first_step_moves_each_weight_by_learning_rate():
