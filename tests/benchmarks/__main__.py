@@ -148,7 +148,7 @@ def collective_ratios(local_elems: int = 1 << 16) -> list[tuple[str, bool, float
 
 
 def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head_dim: int = 64):
-    """(T, name, seconds, temp bytes) for causal self-attention, batch 1, float32, on one device."""
+    """(T, name, seconds, temp bytes) for causal self-attention, batch 1, float32, on one device, one at a time."""
     from scalelib.kernels.flash_attention import flash_attention, reference_attention
 
     impls = {
@@ -156,26 +156,24 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
         "flash": lambda q, k, v: flash_attention(q, k, v, causal=True, block_q=512, block_k=512),
         "jax.nn": lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=True),
     }
-    rows = []
-    for t in lengths:
+    for t in lengths:  # a generator: each row is printed as soon as it is measured
         keys = jax.random.split(jax.random.key(t), 3)
         q, k, v = (jax.random.normal(kk, (1, t, heads, head_dim), jnp.float32) for kk in keys)  # [1, T, N, H]
         for name, fn in impls.items():
             jitted = jax.jit(fn)
             temp = jitted.lower(q, k, v).compile().memory_analysis().temp_size_in_bytes
             seconds = machine.best_time_s(lambda: jitted(q, k, v), repeats=2 if t >= 8192 else 3)
-            rows.append((t, name, seconds, temp))
-    return rows
+            yield t, name, seconds, temp
 
 
 def print_attention_rows() -> None:
     print(f"\ncausal attention, batch 1, 4 heads x 64, float32, one {jax.devices()[0].platform} device "
           f"({jax.devices()[0].device_kind}; best of 2-3)")
     print(f"{'T':>6s} {'impl':>7s} {'time (s)':>9s} {'vs naive':>9s} {'temp MiB':>9s}")
-    rows = attention_rows()
-    naive = {t: (sec, mem) for t, name, sec, mem in rows if name == "naive"}
-    for t, name, sec, mem in rows:
-        print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t][0]:9.2f} {mem / 2**20:9.1f}", flush=True)
+    naive = {}
+    for t, name, sec, mem in attention_rows():  # "naive" comes first for each T
+        naive.setdefault(t, sec)
+        print(f"{t:6d} {name:>7s} {sec:9.3f} {sec / naive[t]:9.2f} {mem / 2**20:9.1f}", flush=True)
 
 
 def scheme_step_rows(batch: int = 16, seq_len: int = 64) -> list[tuple[str, str, float, float]]:
