@@ -30,6 +30,7 @@ dropped, so the records never count the same time twice on one thread.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from dataclasses import dataclass, field
@@ -150,10 +151,12 @@ def _launch_runs(pd: Any) -> dict[str, Any]:
                     executions.append((ev.start_ns, ev.start_ns + ev.duration_ns, stats["run_id"]))
                 elif "correlation_id" in stats:
                     launches.append((ev.start_ns, str(stats["correlation_id"])))
-            for start, corr in launches:
-                around = [run for lo, hi, run in executions if lo <= start <= hi]
-                if around:
-                    runs[corr] = around[-1]
+            executions.sort(key=lambda x: x[0])
+            starts = [lo for lo, _, _ in executions]
+            for start, corr in launches:  # the last execution begun before the launch, if it is still running
+                k = bisect.bisect_right(starts, start) - 1
+                if k >= 0 and start <= executions[k][1]:
+                    runs[corr] = executions[k][2]
     return runs
 
 
