@@ -73,6 +73,9 @@ def test_spec_reference_and_sizes():
     assert "f32" not in ref.flops_per_s  # the table has no f32 figure: shown without a spec
     assert hc.sizes_for("gpu", False).matmul_d > hc.sizes_for("cpu", False).matmul_d > hc.sizes_for("gpu", True).matmul_d
     assert hc.attention_tolerance("bf16") > hc.attention_tolerance("f32")
+    # an accelerator's samples queue runs back to back (machine.best_time_s); a CPU's wait for each
+    assert hc.sizes_for("gpu", False).calls > 1 == hc.sizes_for("cpu", False).calls == hc.sizes_for("cpu", True).calls
+    assert hc.timing(hc.sizes_for("gpu", False)) == "best of 10 x 10 runs back to back"
 
 
 def test_a_failing_check_is_reported_and_sets_the_exit_status(monkeypatch):
