@@ -11,6 +11,8 @@ Prints, side by side in one run:
 * with --multiprocess (only that): per scheme, the step with 2 processes x 4 devices against 1 process
   x 8 devices; the launcher's start-up; how fast a run ends after a fault (tests/benchmarks/multiprocess.py).
 * with --attention (only that): the flash attention rows above, on JAX's default device (a GPU's, where one is).
+* with --dispatch (only that): on JAX's default device, a large matmul (bf16; f32 at the default and at "highest"
+  precision) and a large add timed one run a sample against 10 runs back to back (machine.best_time_s's calls).
 * with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
   (tests/benchmarks/serving.py).
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
@@ -27,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from scalelib import devices
@@ -166,6 +169,21 @@ def attention_rows(lengths=(1024, 2048, 4096, 8192, 16384), heads: int = 4, head
             yield t, name, seconds, temp
 
 
+def dispatch_rows(d: int = 8192, add_bytes: int = 2**30, repeats: int = 10) -> Iterator[tuple[str, int, float, float]]:
+    """(what, runs a sample, seconds, rate) on the default device: one run a sample against 10 back to back."""
+    for dtype, precision in ((jnp.bfloat16, "default"), (jnp.float32, "default"), (jnp.float32, "highest")):
+        for calls in (1, 10):
+            with jax.default_matmul_precision(precision):
+                m = machine.measure_matmul(d, d, dtype, repeats=repeats, calls=calls)
+            yield f"{d}^3 {jnp.dtype(dtype).name} matmul, {precision} precision", calls, m.seconds, m.flops_per_s
+    n = add_bytes // 4
+    x, y = jnp.arange(n, dtype=jnp.float32), jnp.ones(n, jnp.float32)  # [n], [n]
+    add = jax.jit(jnp.add)
+    for calls in (1, 10):
+        seconds = machine.best_time_s(lambda: add(x, y), repeats, calls)
+        yield f"x + y, 3 x {add_bytes / 1e9:.2f} GB float32", calls, seconds, 3 * add_bytes / seconds
+
+
 def print_attention_rows() -> None:
     print(f"\ncausal attention, batch 1, 4 heads x 64, float32, one {jax.devices()[0].platform} device "
           f"({jax.devices()[0].device_kind}; best of 2-3)")
@@ -257,6 +275,7 @@ def main() -> int:
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
     parser.add_argument("--attention", action="store_true", help="only: flash vs naive vs jax.nn attention")
+    parser.add_argument("--dispatch", action="store_true", help="only: one run a sample vs 10 back to back")
     parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
     parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
@@ -281,6 +300,14 @@ def main() -> int:
         return 0
     if args.attention:
         print_attention_rows()
+        return 0
+    if args.dispatch:
+        device = jax.devices()[0]
+        print(f"jax {jax.__version__}, one {device.platform} device ({device.device_kind}); best of 10 samples")
+        print(f"{'what':48s} {'runs a sample':>14s} {'a run (ms)':>11s} {'rate':>12s}")
+        for what, calls, seconds, rate in dispatch_rows():
+            unit = "B/s" if what.startswith("x + y") else "FLOP/s"
+            print(f"{what:48s} {calls:14d} {seconds * 1e3:11.3f} {rate / 1e12:7.2f} T{unit}", flush=True)
         return 0
     if args.serving:
         from tests.benchmarks import serving
