@@ -57,7 +57,7 @@ class Limits:
         """CPU seconds the kernel may use in all: the wall-clock budget on every core (threads add up).
 
         A process of the sandbox past it is killed (SIGKILL at the hard limit, equal to the soft one); when it is
-        the kernel, the student reads "over the CPU limit". This catches CPU burnt where the wall clock does not
+        the kernel, the student reads "at the CPU limit". This catches CPU burnt where the wall clock does not
         look, such as a fork that outlives its cell.
         """
         if self.cpu_s:

@@ -43,9 +43,11 @@ def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
             session.run("while True:\n    pass\n", timeout=60)  # wall limit far away: the CPU limit acts
         assert time.monotonic() - start < 30
         if limits.sandbox:
-            said = re.fullmatch(r"the kernel died: stopped by its sandbox, over the CPU limit of 2 s \(it used "
-                                r"(\d+\.\d) s\)", session.death())
-            assert said and 2 <= float(said[1]) < 3, session.death()
+            said = re.fullmatch(r"the kernel died: stopped by its sandbox, at the CPU limit of 2 s \(it used "
+                                r"(\d+\.\d) s of CPU time\)", session.death())
+            # Not near 7 s (the old soft limit's fate). The kill acts on the tick-sampled CPU clock, which can run
+            # ahead of the precise runtime wait4 reports: CI once read 1.9 s here.
+            assert said and 1.5 <= float(said[1]) < 3, session.death()
     finally:
         session.close()
 
