@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import pysource, surface
+from autograder import course, pysource, surface
 
 MAX_CODE_CELLS = 400  # code cells of a submission that are read; a chapter has about 50
 MAX_CODE_CHARS = 1_000_000  # characters of code read in all
@@ -107,8 +107,8 @@ def load_chapter(path: Path) -> Chapter:
         src = source_of(cell)
         meta = cell.get("metadata", {}).get("nbgrader", {})
         gid = meta.get("grade_id", "")
-        if meta.get("solution") and gid.endswith("-answer"):
-            eid = gid[: -len("-answer")]
+        eid = course.exercise_of_answer(gid)
+        if meta.get("solution") and eid is not None:
             answers[eid] = _SOLUTION_MARK.sub("", src)
             titles[eid] = _title(markdown, eid)
             cells.append(("answer", answers[eid], eid))
@@ -147,8 +147,9 @@ def released_stubs(released: Path) -> dict[str, str]:
     stubs = {}
     for cell in nb.get("cells", []):
         gid = str(cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", ""))
-        if cell.get("cell_type") == "code" and gid.endswith("-answer"):
-            stubs[gid.removesuffix("-answer")] = _norm(source_of(cell))
+        eid = course.exercise_of_answer(gid)
+        if cell.get("cell_type") == "code" and eid is not None:
+            stubs[eid] = _norm(source_of(cell))
     return stubs
 
 
@@ -238,8 +239,9 @@ def plan(student_cells: list[dict], chapter: Chapter, deadline: float | None = N
             for eid in hits:
                 by_def[eid] = (i, src)  # the last definition wins, as in the student's own run
             continue
-        if gid.endswith("-answer") and gid[: -len("-answer")] in chapter.exercises:
-            by_gid[gid[: -len("-answer")]] = src
+        answered = course.exercise_of_answer(gid)
+        if answered is not None and answered in chapter.exercises:
+            by_gid[answered] = src
             continue
         norm = _norm(src)
         if norm in demo or "devices.setup(" in src:

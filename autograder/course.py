@@ -17,6 +17,17 @@ SOLUTIONS = ROOT / "solutions"
 CHAPTERS = ROOT / "chapters"
 
 CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("write your answer here")'
+ANSWER_SUFFIX = "-answer"  # an answer cell's nbgrader grade_id is its exercise's id and this
+
+
+def answer_id(exercise: str) -> str:
+    """The grade_id of ``exercise``'s answer cell."""
+    return exercise + ANSWER_SUFFIX
+
+
+def exercise_of_answer(grade_id: str) -> str | None:
+    """The exercise whose answer cell has this grade_id; None for any other cell's id."""
+    return grade_id[: -len(ANSWER_SUFFIX)] if grade_id.endswith(ANSWER_SUFFIX) else None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autograder import align, nbgrader_course, report, safe_text, submissions
-from autograder.course import SOLUTIONS
+from autograder.course import SOLUTIONS, answer_id, exercise_of_answer
 
 if TYPE_CHECKING:
     from autograder.results import StudentResult
@@ -239,7 +239,7 @@ def record(course_dir: Path, chapter: str, results: Iterable, roster: list[dict[
                 g = gb.find_grade(eid, chapter, chapter, sid)
                 g.auto_score = float(points)
                 g.needs_manual_grade = g.manual_score is not None
-                answer = f"{eid}-answer"
+                answer = answer_id(eid)
                 if answer in solution_cells:
                     c = gb.find_comment(answer, chapter, chapter, sid)
                     # formgrader shows it as plain text, nbgrader's feedback as Markdown: nothing in it may act
@@ -293,8 +293,8 @@ def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission:
             continue
         cell["execution_count"] = None
         cell["outputs"] = []
-        if meta.get("solution") and gid.endswith("-answer"):
-            eid = gid[: -len("-answer")]
+        eid = exercise_of_answer(gid)
+        if meta.get("solution") and eid is not None:
             if eid in plan.answers:
                 cell["source"] = "\n\n".join([*plan.helpers.get(eid, []), plan.answers[eid]])
         elif meta.get("grade") and gid in ch.exercises:

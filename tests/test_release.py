@@ -183,6 +183,17 @@ def test_exercise_ids_and_points_written_for_students_agree_with_the_metadata():
     assert len(problems) == 3, problems
 
 
+def test_every_answer_cells_id_names_an_exercise_with_a_grade_cell():
+    """The one rule (course.answer_id / exercise_of_answer) that release, align and gradebook read ids by."""
+    assert course.exercise_of_answer(course.answer_id("ch01-x")) == "ch01-x"
+    assert [course.exercise_of_answer(g) for g in ("ch01-x", "ch01-x-answers", "answer")] == [None, None, None]
+    for name in course.chapter_names():
+        cells = [c.metadata.get("nbgrader", {}) for c in _solution(name).cells]
+        answered = [course.exercise_of_answer(m["grade_id"]) for m in cells if m.get("solution")]
+        graded = {m["grade_id"] for m in cells if m.get("grade")}
+        assert answered and None not in answered and set(answered) <= graded, (name, answered, graded)
+
+
 def test_the_student_wheel_holds_scalelib_only_and_the_editable_install_adds_autograder(monkeypatch):
     """setup.py's choice, read without building (a real `pip wheel .` needs setuptools from the index)."""
     import setuptools
