@@ -14,7 +14,7 @@ Prints, side by side in one run:
 * with --dispatch (only that): on JAX's default device, a large matmul (bf16; f32 at the default and at "highest"
   precision) and a large add timed one run a sample against 10 runs back to back (machine.best_time_s's calls).
 * with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
-  (tests/benchmarks/serving.py).
+  (tests/benchmarks/serving.py); add --highest to run them at "highest" matmul precision.
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
   against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
 * with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
@@ -271,6 +271,7 @@ def main() -> int:
     parser.add_argument("--grading", action="store_true", help="only: grading throughput vs nbgrader (2 workers)")
     parser.add_argument("--trace", action="store_true", help="only: trace capture and parse times")
     parser.add_argument("--serving", action="store_true", help="only: the serving engine's benchmarks")
+    parser.add_argument("--highest", action="store_true", help="with --serving: matmuls at 'highest' precision")
     parser.add_argument("--attention", action="store_true", help="only: flash vs naive vs jax.nn attention")
     parser.add_argument("--dispatch", action="store_true", help="only: one run a sample vs 10 back to back")
     parser.add_argument("--copies", type=int, default=None, help="notebooks for --grading (16) or --shards (64)")
@@ -306,9 +307,13 @@ def main() -> int:
             unit = "B/s" if what.startswith("x + y") else "FLOP/s"
             print(f"{what:48s} {calls:14d} {seconds * 1e3:11.3f} {rate / 1e12:7.2f} T{unit}", flush=True)
         return 0
+    if args.highest and not args.serving:
+        parser.error("--highest goes with --serving")
     if args.serving:
         from tests.benchmarks import serving
 
+        if args.highest:
+            jax.config.update("jax_default_matmul_precision", "highest")
         serving.main()
         return 0
     print(f"jax {jax.__version__}, {len(jax.devices())} {jax.devices()[0].platform} devices\n")

@@ -9,6 +9,12 @@
   target): draft tokens accepted per round against the expectation for the measured acceptance rate, and speed.
 
 Every timed run follows an identical warm-up run, so compiling is not timed.
+
+"same tokens" compares the greedy answers of two ways of serving. They are equal only while each way computes the
+logits alike: batched with other requests, chunked differently or padded, a matmul may round differently (on a GPU,
+float32 matmuls run in TF32 unless the precision is "highest"), and where two tokens nearly tie the argmax can
+flip, after which the answers part. So where they differ the line says how many requests and where the first one
+parted; ``--highest`` runs everything at "highest" matmul precision, to tell such rounding from a scheduling bug.
 """
 
 from __future__ import annotations
@@ -60,6 +66,16 @@ def _timed(fn):
     return out, time.perf_counter() - start
 
 
+def agreement(a: list, b: list) -> str:
+    """How many requests got the same tokens both ways; where they did not, where the first one parted."""
+    differ = [(i, x.tokens, y.tokens) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x.tokens != y.tokens]
+    if not differ:
+        return f"yes, all {len(a)} requests"
+    i, x, y = differ[0]
+    at = next((j for j, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y)))
+    return f"NO, {len(a) - len(differ)} of {len(a)} requests (request {i} first parts at new token {at} of {len(x)})"
+
+
 def _row(name: str, s: metrics.Summary, extra: str = "") -> str:
     return (f"{name:28s} {s.tokens_per_s:9.1f} {s.ttft_p50_s:8.3f} {s.ttft_p99_s:8.3f} {s.steps:6d} "
             f"{s.prefill_tokens:8d} {extra}")
@@ -101,7 +117,7 @@ def continuous_vs_static(batch: int = 16, long_tailed: bool = False) -> None:
         e = metrics.summarize(res_e, eng.records)
         print(_row(label, e, f"({eng.compiled_programs} compiled step shapes, "
                              f"{sum(r.preemptions for r in res_e)} preemptions)"))
-        same = all(a.tokens == b.tokens for a, b in zip(res_s, res_e, strict=True))
+        same = agreement(res_s, res_e)
         print(f"  {label} / static: {e.tokens_per_s / s.tokens_per_s:.2f}x tokens/s, "
               f"TTFT p50 {s.ttft_p50_s / e.ttft_p50_s:.2f}x and p99 {s.ttft_p99_s / e.ttft_p99_s:.2f}x lower; "
               f"same tokens: {same}")
@@ -127,7 +143,7 @@ def prefix_caching() -> None:
     (off, _, r_off), (on, _, r_on) = rows[False], rows[True]
     print(f"on / off: {off.prefill_tokens / on.prefill_tokens:.2f}x fewer prompt tokens computed, "
           f"TTFT p50 {off.ttft_p50_s / on.ttft_p50_s:.2f}x lower, {on.tokens_per_s / off.tokens_per_s:.2f}x tokens/s; "
-          f"same tokens: {all(a.tokens == b.tokens for a, b in zip(r_off, r_on))}")
+          f"same tokens: {agreement(r_off, r_on)}")
 
 
 def speculative_decoding(new_tokens: int = 96, prompts: int = 4) -> None:
@@ -167,7 +183,8 @@ def speculative_decoding(new_tokens: int = 96, prompts: int = 4) -> None:
 
 
 def main() -> None:
-    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; one device, float32")
+    precision = jax.config.jax_default_matmul_precision or "default"
+    print(f"jax {jax.__version__}, {jax.devices()[0].platform}; one device, float32, matmul precision {precision}")
     continuous_vs_static()
     continuous_vs_static(long_tailed=True)
     prefix_caching()
