@@ -4,14 +4,16 @@
 #   2. the GPU-relevant tests               (single-device work that lands on the GPU; meshes on CPU devices beside it)
 #   3. the flash-attention and serving benchmarks (tests/benchmarks --attention, --serving)
 #   4. every chapter's Run All              (pytest --nbval-lax chapters/, chapters in parallel)
-# Results go to $OUT (default ./gpu-check-out), at most 7 files: summary.txt (one line per stage: exit status and
-# seconds; 124 = the stage ran out of time), env.txt, hardware_check.txt, tests.log, bench_attention.txt,
-# bench_serving.txt, chapters.log. The script never stops early: a failing stage is recorded and the next runs.
+#   5. a fresh GPU trace for tests/data/gpu_trace/ (tools/gpu_trace_sample.py)
+# Results go to $OUT (default ./gpu-check-out), at most 8 files (what a lent machine hands back): summary.txt (one
+# line per stage: exit status and seconds; 124 = the stage ran out of time), env.txt, hardware_check.txt, tests.log,
+# bench_attention.txt, bench_serving.txt, chapters.log and gpu_trace.tar.gz (the sample's three files and its log).
+# The script never stops early: a failing stage is recorded and the next runs.
 #
 # Usage (repository root, on the GPU machine):  bash tools/gpu_check.sh
 #   PYTHON=python3 (default) must have jax with its CUDA plugin; scalelib is used from this checkout (PYTHONPATH).
 #   Stage limits in seconds, defaults sum to 450 s so that a 15-minute lease holds the machine's start, one run
-#   and a rerun: T_HW=60 T_TESTS=150 T_BENCH=150 T_CHAPTERS=90. On an H200 (16 cores) the stages took 32 s,
+#   and a rerun: T_HW=60 T_TESTS=150 T_BENCH=150 T_CHAPTERS=90 (and T_TRACE=30). On an H200 (16 cores) the stages took 32 s,
 #   93-97 s, 62 s for the attention rows (the serving rows need more than their 75 s; what they print by then
 #   is kept) and 39-48 s.
 #   Wheels of what the machine lacks (nbval, ipykernel, nbclient and theirs: see tools/gpu_wheels.sh, run where
@@ -26,6 +28,7 @@ OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 T_HW="${T_HW:-60}" T_TESTS="${T_TESTS:-150}" T_BENCH="${T_BENCH:-150}" T_CHAPTERS="${T_CHAPTERS:-90}"
+T_TRACE="${T_TRACE:-30}"
 
 # Several processes share one GPU (pytest workers, notebook kernels): none may take 75% of its memory up front.
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1 MPLBACKEND=Agg
@@ -90,3 +93,9 @@ if "$PY" -c "import nbval, ipykernel" 2>/dev/null; then
 else
     note "chapters Run All: skipped: nbval and ipykernel are not installed; carry the wheels of tools/gpu_wheels.sh"
 fi
+
+# 5. A trace of a small program on this GPU, packed as one file: unpacked into tests/data/gpu_trace/ it replaces the
+#    sample the suite reads (check trace.json's summary first).
+SAMPLE="$(mktemp -d)"
+stage "GPU trace sample" "$T_TRACE" "$SAMPLE/sample.log" "$PY" tools/gpu_trace_sample.py "$SAMPLE"
+tar -czf "$OUT/gpu_trace.tar.gz" -C "$SAMPLE" . && rm -rf "$SAMPLE"
