@@ -49,6 +49,8 @@ total = jax.jit(lambda a: a.sum(), out_shardings=NamedSharding(mesh, P()))
 if mode != "never_joins":
     print("first", distributed.to_host(total(x)), "on", info)  # every process joins gloo here
 print("ready")
+if mode != "never_joins":  # a barrier: rank 1's fault cannot come before rank 0 has printed "ready"
+    distributed.to_host(total(x))
 if info.process_id == 1:
     if mode == "raise":
         raise RuntimeError("rank 1 fails on purpose")
