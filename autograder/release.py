@@ -144,9 +144,10 @@ def exercise_text_problems(nb: NotebookNode) -> list[str]:
         named = _VISIBLE.findall(cell.source)
         if not named or any(n != gid for n in named):
             problems.append(f"{gid}: its test cell's ex.visible_checks name {named or 'nothing'}, expected {gid!r}")
-        answer = answers.get(course.answer_id(gid))
+        answer_gid = course.answer_id(gid)
+        answer = answers.get(answer_gid)
         if answer is None or answer > i:
-            problems.append(f"{gid}: no answer cell {course.answer_id(gid)} before its test cell")
+            problems.append(f"{gid}: no answer cell {answer_gid} before its test cell")
         found = headers.get(gid, [])
         if len(found) != 1:
             problems.append(f"{gid}: the markdown shows '`{gid}` · {pts}' {len(found)} times, expected once")
@@ -170,7 +171,7 @@ def name_stubs(nb: NotebookNode) -> int:
         meta = cell.metadata.get("nbgrader", {})
         if not meta.get("solution") or _STUB_RAISE not in cell.source:
             continue
-        exercise = course.exercise_of_answer(meta["grade_id"]) or meta["grade_id"]
+        exercise = meta["grade_id"].removesuffix(course.ANSWER_SUFFIX)
         named += cell.source.count(_STUB_RAISE)
         cell.source = cell.source.replace(_STUB_RAISE, f'raise NotImplementedError("{stub_message(exercise)}")')
         meta["checksum"] = compute_checksum(cell)
