@@ -57,9 +57,12 @@ WORK = ROOT / "work"
 CURRENT = Env("current", ROOT / ".venv", ROOT / ".ci" / "constraints.txt")
 FLOOR = Env("floor", ROOT / ".venv-floor", ROOT / ".ci" / "constraints-floor.txt")
 
-# Two workers; each file (and each notebook) stays on one worker, a few long files split by a parameter, the longest
-# groups first (tests/conftest.py). The 15 slowest tests close each suite's summary.
-PYTEST_BASE = ["-n", "2", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider", "--nbval-lax",
+# Three workers for the two cores the suite is sized for: several tests mostly wait (a kernel's timeout, a hung rank,
+# gloo's fixed 30 s, SLURM's daemons), and with two workers a core sat idle through them (15 % of the floor suite's
+# time; three: 2 %, floor 215 s -> 194 s, current 463 s -> 451 s). Each file (and each notebook) stays on one
+# worker, a few long files split by a parameter, the longest groups first (tests/conftest.py). The 15 slowest tests
+# close each suite's summary.
+PYTEST_BASE = ["-n", "3", "--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider", "--nbval-lax",
                "--durations=15"]
 SUITES = {
     CURRENT.name: (CURRENT, [*PYTEST_BASE, "-m", "not student", "tests", "solutions"]),

@@ -62,11 +62,11 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line("book answers reproduced by scalelib: " + "; ".join(parts))
 
 
-# ------------------------------------------------------------------ how the two workers share the suite
+# ------------------------------------------------------------------ how the workers share the suite
 # course.py runs pytest with `--dist loadfile --no-loadscope-reorder`; the scheduler below keeps loadfile's rule (a
 # group goes whole to one worker, so its module fixtures are built once) but splits three long files into groups
 # whose tests share a fixture or a cached compile: one chapter graded, one scheme case, one launch of the self-check.
-# The collection is sorted longest group first so that neither worker is left alone with a long group at the end.
+# The collection is sorted longest group first so that no worker is left alone with a long group at the end.
 # (xdist's own `loadgroup` cannot do this here: with pytest 9 its group marks no longer reach the scheduler.)
 SPLIT = {
     "test_grading_chapters.py": None,  # each parameter (a chapter) its own group

@@ -1,4 +1,4 @@
-"""tests/conftest.py: how the suite is split between its two workers, and the compile flags it runs under."""
+"""tests/conftest.py: how the suite is split between its workers, and the compile flags it runs under."""
 
 import os
 from pathlib import Path
