@@ -1,6 +1,8 @@
 """tests/conftest.py: how the suite is split between its workers, and the compile flags it runs under."""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,20 @@ def test_the_fast_compile_flags_change_what_the_checks_read_nowhere():
     assert hlo.collective_ops(older, shape) == hlo.collective_ops(default[0], shape) != []
     with pytest.raises(Exception, match="xla_backend_optimization_levels"):  # the options are read, not ignored
         lowered.compile(compiler_options={"xla_backend_optimization_levels": 0})
+
+
+def test_no_process_of_the_suite_or_the_grader_builds_the_iri_parsers():
+    """autograder/__init__.py keeps jsonschema's "iri" checker (1 CPU-s of parser building) out of every process
+    that imports it, and course.py's `-p autograder` out of pytest's, while notebooks are still validated."""
+    assert sys.modules.get("rfc3987_syntax", "missing") is None  # this worker: marked absent, never imported
+    code = """import autograder, nbformat, sys
+nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
+nbformat.validate(nb)
+nb.cells[0]["cell_type"] = "no such type"
+try:
+    nbformat.validate(nb)
+except nbformat.ValidationError:
+    print("invalid notebook refused")
+print(sys.modules["rfc3987_syntax"])"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["invalid notebook refused", "None"], out
