@@ -100,7 +100,7 @@ def ensure_env(env: Env, extra: str, pinned: bool, verbose: bool = False) -> Non
         print(f"[1/3] creating {name} (once; later runs reuse it)", flush=True)
         venv.EnvBuilder(with_pip=True).create(env.path)
     print(f"[2/3] updating pip in {name}", flush=True)
-    run([env.python, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+    run([env.python, "-m", "pip", "install", "-q", "--upgrade", "pip", *(["-c", env.constraints] if pinned else [])])
     print(f"[3/3] installing scalelib[{extra}] and what it needs into {name} (the first time takes a minute or two; "
           "again only when pyproject.toml changes)", flush=True)
     cmd = [env.python, "-m", "pip", "install", *quiet, "-e", f".[{extra}]"]
