@@ -58,22 +58,22 @@ CURRENT = Env("current", ROOT / ".venv", ROOT / ".ci" / "constraints.txt")
 FLOOR = Env("floor", ROOT / ".venv-floor", ROOT / ".ci" / "constraints-floor.txt")
 
 # Each file (and each notebook) stays on one worker, a few long files split by a parameter, the longest groups first
-# (tests/conftest.py). The 15 slowest tests close each suite's summary. `-p autograder` imports that package before
-# nbval's plugin reads a notebook: see autograder/__init__.py (1 CPU-s less in each pytest process).
-PYTEST_BASE = ["--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider", "-p", "autograder",
-               "--nbval-lax", "--durations=15"]
+# (tests/conftest.py). The 15 slowest tests close each suite's summary.
+PYTEST_BASE = ["--dist", "loadfile", "--no-loadscope-reorder", "-p", "no:cacheprovider", "--nbval-lax",
+               "--durations=15"]
 # Workers, for the two cores the suite is sized for. The floor suite's share of tests that mostly wait (a hung rank,
 # gloo's fixed 30 s) is large: with two workers a core sat idle for 10 % to 15 % of it, and a third worker fills
 # that (two runs, each beside the other: 215 -> 194 s, 208 -> 198 s). The current suite idles less (6 %), and a
 # third worker there cost as much CPU as it filled (two pairs: 463 -> 451 s, 496 -> 506 s), so it keeps two.
-WORKERS = {"current": 2, "floor": 3}
+WORKERS = {CURRENT.name: 2, FLOOR.name: 3}
 SUITES = {
-    CURRENT.name: (CURRENT, ["-n", str(WORKERS["current"]), *PYTEST_BASE, "-m", "not student", "tests", "solutions"]),
+    CURRENT.name: (CURRENT, ["-n", str(WORKERS[CURRENT.name]), *PYTEST_BASE, "-m", "not student",
+                             "tests", "solutions"]),
     # Grading tests (marked `grading`) exercise the instructor's tooling, which does not depend on JAX;
     # lint and type checks (marked `health`) hold for one JAX's type stubs, today's; the released
     # chapters' Run All (marked `student`) runs on the JAX Colab ships; across processes one scheme
     # shows the floor works there (the `sweep` of every scheme runs in the current suite).
-    FLOOR.name: (FLOOR, ["-n", str(WORKERS["floor"]), *PYTEST_BASE, "-m", "not grading and not health and not sweep",
+    FLOOR.name: (FLOOR, ["-n", str(WORKERS[FLOOR.name]), *PYTEST_BASE, "-m", "not grading and not health and not sweep",
                          "tests", "solutions"]),
 }
 
