@@ -225,9 +225,10 @@ def profiler_trace(directory: str) -> Iterator[None]:
 CPU_COLLECTIVES = "gloo"
 
 # On jax 0.10.2 (0.7.2 is silent) gloo writes "[Gloo] Rank 3 is connected to 7 peer ranks. ..." straight
-# to the process's stdout (from C++, not Python) whenever it builds a communicator, i.e. on the first run
-# of each group of devices that talk. ``scalelib.launch`` drops those lines from what it forwards (it keeps
-# the pattern itself: the launcher does not import JAX, to start its processes sooner).
+# to file descriptor 1 (from C++, not Python) whenever it builds a communicator, i.e. on the first run
+# of each group of devices that talk. ``scalelib.launch`` gives descriptor 1 a pipe of its own, apart from
+# Python's stdout, and drops those lines from it (it keeps the pattern itself: the launcher does not import
+# JAX, to start its processes sooner).
 
 
 def use_cpu_collectives() -> None:

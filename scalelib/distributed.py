@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import errno
 import faulthandler
+import io
 import os
 import runpy
 import signal
@@ -53,6 +54,7 @@ ENV_PROCESS_ID = "SCALELIB_PROCESS_ID"
 ENV_LOCAL_DEVICES = "SCALELIB_LOCAL_DEVICES"  # CPU devices per process
 ENV_LAUNCH_ID = "SCALELIB_LAUNCH_ID"  # one id per launch, on every process it starts
 ENV_LAUNCHER_PID = "SCALELIB_LAUNCHER_PID"  # the launcher's pid: a process dies with its launcher
+ENV_NATIVE_STDOUT_FD = "SCALELIB_NATIVE_STDOUT_FD"  # the pipe that takes file descriptor 1 (see native_stdout_apart)
 STACK_SIGNAL = signal.SIGUSR1  # the launcher sends it to a hung process to print its Python stack
 
 
@@ -366,8 +368,30 @@ def die_with_launcher(environ: dict[str, str] | None = None) -> None:
         _exit_now(1)
 
 
+def native_stdout_apart(environ: dict[str, str] | None = None) -> None:
+    """Under the launcher: Python's ``sys.stdout`` keeps the launcher's stdout pipe, while file descriptor 1
+    (what C++ code and child processes write to) moves to a second pipe the launcher passed.
+
+    gloo (jax 0.10.2) writes its connection messages to descriptor 1 from C++ threads, piece by piece and
+    without a lock shared with Python, so on one pipe a ``print`` could land inside one of them, mid-line.
+    On two pipes every line Python prints arrives whole, and the launcher filters the chatter from the
+    other pipe only.
+    """
+    env = os.environ if environ is None else environ
+    if ENV_NATIVE_STDOUT_FD not in env:
+        return
+    native = int(env.pop(ENV_NATIVE_STDOUT_FD))  # a child of this process must not take it for its own
+    python_fd = os.dup(1)
+    os.dup2(native, 1)
+    os.close(native)
+    old = sys.stdout
+    sys.stdout = io.TextIOWrapper(io.FileIO(python_fd, "w"), encoding=old.encoding, errors=old.errors,
+                                  line_buffering=True, write_through=True)
+
+
 def main(argv: list[str]) -> None:
     die_with_launcher()
+    native_stdout_apart()
     run = run_target(argv)
     try:
         run()

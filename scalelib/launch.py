@@ -9,7 +9,9 @@ count, its device count and process 0's address (a free local port) in environme
 real cluster the same script runs unchanged: its scheduler starts the processes and JAX reads the
 cluster's own environment (see the README, "Beyond one process").
 
-Output lines carry the rank (``[0] ...``); only process 0's are shown unless ``--all``. The exit
+Output lines carry the rank (``[0] ...``); only process 0's are shown unless ``--all``. A process's
+Python ``sys.stdout`` and its file descriptor 1 (C++ code, child processes) come through separate
+pipes, so each line arrives whole; lines from the two may reach the terminal in a different order. The exit
 status is the first non-zero one. When a process fails (non-zero status or a signal) the others are
 stopped at once; when the timeout passes, every process still running prints its Python stack and
 is stopped. Each process leads its own process group, which is stopped with SIGTERM, then SIGKILL
@@ -42,7 +44,8 @@ GRACE_S = 2.0  # from SIGTERM to SIGKILL
 STACK_WAIT_S = 1.0  # for hung processes to print their stacks
 TAIL_LINES = 25  # lines of a failed process's output repeated in the failure report
 TIMEOUT_STATUS, INTERRUPT_STATUS = 124, 130  # as timeout(1) and a shell's Ctrl-C
-# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py). Its C++ writes it piece by piece
+# gloo's per-communicator "connected" line on jax 0.10.2 (see compat.py), on descriptor 1's own pipe (Python's
+# prints, on another pipe, cannot land inside it: distributed.native_stdout_apart). Its C++ writes it piece by piece
 # ("[Gloo] Rank ", the rank, " is connected to ", the count, " peer ranks. ", "Expected number ... is : ", the count,
 # end of line), and the threads that build communicators at the same moment interleave their pieces, so one
 # output line can hold the tail of one message, the whole of another and the head of a third. A line made only
@@ -169,22 +172,36 @@ class _Rank:
         self.rank = rank
         self.stopped = False  # still running when the launcher began stopping processes
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
-        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, text=True, errors="replace")
+        native_read, native_write = os.pipe()  # the process's descriptor 1; Python's stdout stays on stdout
+        try:
+            self.proc = subprocess.Popen(cmd, env={**env, distributed.ENV_NATIVE_STDOUT_FD: str(native_write)},
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         pass_fds=(native_write,), start_new_session=True, text=True,
+                                         errors="replace")
+        except BaseException:
+            os.close(native_read)
+            raise
+        finally:
+            os.close(native_write)
+        self.native = open(native_read, errors="replace")  # noqa: SIM115 (closed by its pump at EOF)
         self.threads: list[threading.Thread] = []
 
     def forward(self, show: bool, out: TextIO, err: TextIO, lock: threading.Lock) -> None:
-        for pipe, sink in ((self.proc.stdout, out), (self.proc.stderr, err)):
-            t = threading.Thread(target=self._pump, args=(pipe, sink if show else None, lock), daemon=True)
+        """One thread per pipe. Only Python's stdout is forwarded as it is: gloo's chatter is written to
+        descriptor 1 (the native pipe), and a Python line cannot land inside it (``native_stdout_apart``)."""
+        for pipe, sink, chatter in ((self.proc.stdout, out, False), (self.native, out, True),
+                                    (self.proc.stderr, err, True)):
+            t = threading.Thread(target=self._pump, args=(pipe, sink if show else None, lock, chatter), daemon=True)
             t.start()
             self.threads.append(t)
 
-    def _pump(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
+    def _pump(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock, chatter: bool) -> None:
         with pipe:  # closed at EOF, when the process (and anything it started) has ended
-            self._forward_lines(pipe, sink, lock)
+            self._forward_lines(pipe, sink, lock, chatter)
 
-    def _forward_lines(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock) -> None:
-        for text in without_gloo_chatter(line.rstrip("\n") for line in pipe):
+    def _forward_lines(self, pipe: TextIO, sink: TextIO | None, lock: threading.Lock, chatter: bool) -> None:
+        lines = (line.rstrip("\n") for line in pipe)
+        for text in without_gloo_chatter(lines) if chatter else lines:
             with lock:
                 self.tail.append(text)
                 if sink is not None:

@@ -57,7 +57,7 @@ if info.process_id == 1:
     if mode in ("hang", "never_joins"):
         time.sleep(600)  # HANG_LINE: rank 0 waits for it in the next collective
 print("second", distributed.to_host(total(2 * x)))
-if mode == "exit3":  # every rank gets rank 0's tree (one string, one write: gloo's chatter cannot split it)
+if mode == "exit3":  # every rank gets rank 0's tree
     got = distributed.broadcast_from_first({"id": np.full(2, 7.0 + info.process_id)})["id"]
     print(f"from rank 0: {got}")
 if mode == "exit3" and info.process_id == 1:
@@ -290,3 +290,26 @@ def test_gloo_chatter_after_a_line_of_output_is_cut():
     assert launch.drop_gloo_chatter("[1] [Gloo] Rank 4 is connected to 7") == "[1] "
     assert launch.drop_gloo_chatter("the ring is connected to 7 peers") == "the ring is connected to 7 peers"
     assert launch.drop_gloo_chatter("7", after_chatter=True) is None and launch.drop_gloo_chatter("7") == "7"
+
+
+NATIVE = '''
+import os, subprocess, sys
+os.write(1, b"[Gloo] Rank 0 is connected to ")  # as gloo's C++ writes to descriptor 1, mid-message...
+print("from rank 0: [7. 7.]")  # ...when Python prints
+os.write(1, b"1 peer ranks. Expected number of connected peer ranks is : 1\\n")
+subprocess.run(["echo", "from a child"], check=True)  # a child writes to descriptor 1 too
+print("error line", file=sys.stderr)
+'''
+
+
+def test_a_line_python_prints_stays_whole_while_native_code_writes(tmp_path):
+    """What CI once saw on one pipe ("[0] [Gloo] Rank 0 is connected to from rank 0: [7. 7.]1 "), made
+    deterministic: Python's lines and descriptor 1 reach the launcher on separate pipes, so the line is
+    whole, the chatter is gone and a child's output on descriptor 1 is still forwarded."""
+    script = tmp_path / "native.py"
+    script.write_text(NATIVE)
+    result, out, err = run([str(script)], show_all=True)
+    assert result.returncode == 0
+    assert sorted(out.splitlines()) == sorted(f"[{r}] {text}" for r in (0, 1)
+                                              for text in ("from rank 0: [7. 7.]", "from a child"))
+    assert sorted(err.splitlines()) == ["[0] error line", "[1] error line"]
