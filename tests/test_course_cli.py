@@ -32,6 +32,22 @@ def test_the_floor_suite_tests_the_lowest_jax_the_package_declares():
     assert pins["jax"] == pins["jaxlib"] == declared
 
 
+def test_the_installers_are_pinned_too(monkeypatch):
+    """What install_pinned runs: pip installs uv under the constraints, uv installs the package and pip under them
+    (both pinned in each file, so no install step takes whatever the index holds that day)."""
+    for env in (course.CURRENT, course.FLOOR):
+        pins = dict(line.split("==") for line in env.constraints.read_text().splitlines() if "==" in line)
+        assert {"pip", "uv"} <= pins.keys(), env.constraints
+    calls = []
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]))
+    monkeypatch.setattr(course.subprocess, "run", lambda cmd, **kw: calls.append(cmd))
+    course.install_pinned(course.FLOOR, "test", course.FLOOR.path.relative_to(course.ROOT))
+    pip, uv, warm = calls
+    assert pip[1:] == ["-m", "pip", "install", "-q", "-c", str(course.FLOOR.constraints), "uv"]
+    assert uv[0] == str(course.FLOOR.bin / "uv") and uv[uv.index("-c") + 1] == str(course.FLOOR.constraints)
+    assert uv[-3:] == ["-e", ".[test]", "pip"] and warm[-2:] == ["-c", course.WARM_KERNEL]
+
+
 def test_lab_opens_the_first_chapter_and_passes_options_to_jupyterlab(tmp_path):
     for name in ("02_tpus.ipynb", "01_rooflines.ipynb", "notes.ipynb"):
         (tmp_path / name).write_text("{}")

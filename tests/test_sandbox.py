@@ -137,6 +137,15 @@ def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
     assert not mine & cgroups.groups_made()
 
 
+UNCACHED = """
+import importlib.util, os, sys, sysconfig
+env = sysconfig.get_paths()["purelib"]
+print("uncached:", sorted(m.__file__ for m in list(sys.modules.values())
+                          if (getattr(m, "__file__", None) or "").startswith(env) and m.__file__.endswith(".py")
+                          and not os.path.exists(importlib.util.cache_from_source(m.__file__))))
+"""
+
+
 def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_path):
     """A namespace of a hundred forks of a kernel that imported JAX takes seconds to die, longer than a cell's
     limit on a loaded machine; the grader learns of the kill from the launcher's note, not from its exit, so the
@@ -148,6 +157,11 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
     session = KernelSession(scratch, Limits(memory_mb=6144), tmp_path / "kernel.log")
     try:
         assert session.run("import jax, jax.numpy as jnp\nx = jnp.ones(3) + 1", timeout=120).ok
+        # Everything it loaded from the environment had its bytecode cached already (course.py's WARM_KERNEL): a
+        # sandboxed kernel cannot write that cache, and compiling ipykernel, debugpy and JAX in memory at every
+        # start costs CPU-seconds per kernel, and can fill a small memory limit.
+        assert session.run(UNCACHED, timeout=60).ok
+        assert session.output[-1].strip() == "uncached: []", session.output[-1][:2000]
         note = sandbox.cgroup_note(scratch)
         group = Path(note.read_text()) if note.exists() else None  # this kernel's own memory cgroup, if any
         with pytest.raises(KernelDied) as died:
