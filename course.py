@@ -146,7 +146,8 @@ def install_pinned(env: Env, extra: str, name: Path) -> None:
     run([env.python, "-m", "pip", "install", "-q", "-c", env.constraints, "uv"])
     print(f"[3/3] installing scalelib[{extra}] and what it needs into {name} at the versions of "
           f"{env.constraints.relative_to(ROOT)}", flush=True)
-    run([env.bin / "uv", "pip", "install", "-q", "--python", env.python, "--link-mode", "copy", "-c", env.constraints,
+    # uv hard-links each package's files from its cache (~/.cache/uv) where it can: nothing writes into them
+    run([env.bin / "uv", "pip", "install", "-q", "--python", env.python, "-c", env.constraints,
          "-e", f".[{extra}]", "pip"])
     print(f"compiling what a kernel imports in {name} (one kernel, a few seconds)", flush=True)
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
