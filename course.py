@@ -141,14 +141,22 @@ def install_pinned(env: Env, extra: str, name: Path) -> None:
     installed module (some 7,800 files); uv installs the same versions in a few seconds without compiling. Python
     compiles a module the first time it is imported and caches it (about 1,700 modules for the whole suite, 6 CPU-s);
     what a kernel imports is compiled here, by starting one (``WARM_KERNEL``).
+
+    uv does not read pip's configuration: where only pip can reach the packages (a mirror set in pip.conf, no
+    access to PyPI), uv fails, says why, and pip installs the same set instead, as it did before uv.
     """
+    pinned = ["-c", env.constraints, "-e", f".[{extra}]", "pip"]
     print(f"[2/3] installing uv (pinned) into {name}", flush=True)
-    run([env.python, "-m", "pip", "install", "-q", "-c", env.constraints, "uv"])
-    print(f"[3/3] installing scalelib[{extra}] and what it needs into {name} at the versions of "
-          f"{env.constraints.relative_to(ROOT)}", flush=True)
-    # uv hard-links each package's files from its cache (~/.cache/uv) where it can: nothing writes into them
-    run([env.bin / "uv", "pip", "install", "-q", "--python", env.python, "-c", env.constraints,
-         "-e", f".[{extra}]", "pip"])
+    try:
+        run([env.python, "-m", "pip", "install", "-q", "-c", env.constraints, "uv"])
+        print(f"[3/3] installing scalelib[{extra}] and what it needs into {name} at the versions of "
+              f"{env.constraints.relative_to(ROOT)}", flush=True)
+        # uv hard-links each package's files from its cache (~/.cache/uv) where it can: nothing writes into them
+        run([env.bin / "uv", "pip", "install", "-q", "--python", env.python, *pinned])
+    except subprocess.CalledProcessError as err:
+        print(f"uv could not install them ({err}; its message is above); installing with pip instead (a minute or "
+              "two)", flush=True)
+        run([env.python, "-m", "pip", "install", "-q", *pinned])
     print(f"compiling what a kernel imports in {name} (one kernel, a few seconds)", flush=True)
     environ = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([str(env.python), "-c", WARM_KERNEL], check=True, cwd=ROOT, env=dict(environ, MPLBACKEND="Agg"))

@@ -47,6 +47,16 @@ def test_the_installers_are_pinned_too(monkeypatch):
     assert uv[0] == str(course.FLOOR.bin / "uv") and uv[uv.index("-c") + 1] == str(course.FLOOR.constraints)
     assert uv[-3:] == ["-e", ".[test]", "pip"] and warm[-2:] == ["-c", course.WARM_KERNEL]
 
+    def uv_fails(cmd: list, **kw: object) -> None:  # uv cannot reach the index pip is configured for
+        calls.append([str(c) for c in cmd])
+        if cmd[0] == course.FLOOR.bin / "uv":
+            raise course.subprocess.CalledProcessError(2, cmd)
+
+    calls.clear()
+    monkeypatch.setattr(course, "run", uv_fails)
+    course.install_pinned(course.FLOOR, "test", course.FLOOR.path.relative_to(course.ROOT))
+    assert calls[2][1:] == ["-m", "pip", "install", "-q", *uv[uv.index("-c"):]] and calls[3] == warm
+
 
 def test_lab_opens_the_first_chapter_and_passes_options_to_jupyterlab(tmp_path):
     for name in ("02_tpus.ipynb", "01_rooflines.ipynb", "notes.ipynb"):
