@@ -24,10 +24,15 @@ def test_work_copies_carry_the_kernel_language_info_and_are_never_overwritten(tm
     assert json.loads((work / "01_intro.ipynb").read_text())["cells"] == [1]  # ...and the student's copy kept
 
 
+def _pins(constraints):
+    """{package: version} of a constraints file."""
+    return dict(line.split("==") for line in constraints.read_text().splitlines() if "==" in line)
+
+
 def test_the_floor_suite_tests_the_lowest_jax_the_package_declares():
     env, args = course.SUITES["floor"]
     assert args[args.index("-m") + 1] == "not grading and not health and not sweep" and "tests" in args and "solutions" in args
-    pins = dict(line.split("==") for line in env.constraints.read_text().splitlines() if "==" in line)
+    pins = _pins(env.constraints)
     declared = re.search(r'"jax>=([\d.]+),', (course.ROOT / "pyproject.toml").read_text()).group(1)
     assert pins["jax"] == pins["jaxlib"] == declared
 
@@ -36,8 +41,7 @@ def test_the_installers_are_pinned_too(monkeypatch):
     """What install_pinned runs: pip installs uv under the constraints, uv installs the package and pip under them
     (both pinned in each file, so no install step takes whatever the index holds that day)."""
     for env in (course.CURRENT, course.FLOOR):
-        pins = dict(line.split("==") for line in env.constraints.read_text().splitlines() if "==" in line)
-        assert {"pip", "uv"} <= pins.keys(), env.constraints
+        assert {"pip", "uv"} <= _pins(env.constraints).keys(), env.constraints
     calls = []
     monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]))
     monkeypatch.setattr(course.subprocess, "run", lambda cmd, **kw: calls.append(cmd))

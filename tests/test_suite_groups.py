@@ -91,7 +91,8 @@ def test_the_fast_compile_flags_change_what_the_checks_read_nowhere():
 
 def test_no_process_of_the_suite_or_the_grader_builds_the_iri_parsers():
     """autograder/__init__.py keeps jsonschema's "iri" checker (1 CPU-s of parser building) out of every process
-    that imports it, and pytest's `-p autograder` (pyproject.toml's addopts) out of the suite's, while notebooks are still validated."""
+    that imports it, and pytest's `-p autograder` (pyproject.toml's addopts) out of the suite's, while notebooks
+    are still validated."""
     assert sys.modules.get("rfc3987_syntax", "missing") is None  # this worker: marked absent, never imported
     code = """import autograder, nbformat, sys
 nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1")])
