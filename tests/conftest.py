@@ -2,7 +2,8 @@
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -65,12 +66,29 @@ def pytest_terminal_summary(terminalreporter):
 # ------------------------------------------------------------------ how the workers share the suite
 # course.py runs pytest with `--dist loadfile --no-loadscope-reorder`; the scheduler below keeps loadfile's rule (a
 # group goes whole to one worker, so its module fixtures are built once) but splits three long files into groups
-# whose tests share a fixture or a cached compile: one chapter graded, one scheme case, one launch of the self-check.
-# The collection is sorted longest group first so that no worker is left alone with a long group at the end.
+# whose tests share a fixture or a cached compile: one chapter graded, the scheme cases that share a single-device
+# reference, one launch of the self-check. The collection is sorted longest group first so that no worker is left
+# alone with a long group at the end.
 # (xdist's own `loadgroup` cannot do this here: with pytest 9 its group marks no longer reach the scheduler.)
-SPLIT = {
+
+
+def _scheme_case_group(param: str) -> str:
+    """tests/test_parallel_schemes.py's group for a case id: the first case (scalelib.parallel.cases.CASES) with the
+    same single-device reference, which each process computes once (model, optimizer, batch, keys); an id of no
+    such case (a FLOPs-only case, a bad input) is its own group. Split one group per case, six cases computed the
+    data-parallel reference on both workers, and every test that read two cases compiled one of them again."""
+    from scalelib.parallel.cases import CASES
+
+    def key(c: Any) -> tuple:
+        return (c.cfg, c.hp, c.batch, c.seq, c.keys)
+
+    case = next((c for c in CASES if c.id == param), None)
+    return param if case is None else next(c.id for c in CASES if key(c) == key(case))
+
+
+SPLIT: dict[str, Callable[[str], str] | str | None] = {
     "test_grading_chapters.py": None,  # each parameter (a chapter) its own group
-    "test_parallel_schemes.py": None,  # each parameter (a scheme case) its own group
+    "test_parallel_schemes.py": _scheme_case_group,  # the cases that share a reference
     "test_parallel_selfcheck.py": "test_other_splits_of_8_devices",  # each of its launches; the rest share one
 }
 # Files that share something made once per process (tests/trace_cases.py's captured traces, the serving tests'
@@ -97,6 +115,8 @@ LONG_GROUPS_S = {
     "test_shards.py": 38,
     "test_grading_chapters.py[10_jax]": 37,
     "test_grading_chapters.py[07_inference]": 35,
+    "test_parallel_schemes.py[data-8]": 45,
+    "test_parallel_schemes.py[tensor-2x4]": 35,
     "test_parallel_schemes.py[expert-4]": 35,
     "test_parallel_schemes.py[seq-all_gather-4]": 30,
     "test_release.py": 30,
@@ -115,16 +135,19 @@ LONG_GROUPS_S = {
 
 def work_group(nodeid: str) -> str:
     """The group of a test id: its file, the files of its JOIN prefix, or for the files in SPLIT its file and
-    parameters."""
+    parameters (or the group SPLIT's function gives them)."""
     path, _, rest = nodeid.partition("::")
     folder, _, name = path.rpartition("/")
     joined = next((prefix for prefix in JOIN if name.startswith(prefix)), None)
     if joined:
         return f"{folder}/{joined}*.py"
     func, _, param = rest.partition("[")
-    if name not in SPLIT or not param or SPLIT[name] not in (None, func):
+    if name not in SPLIT or not param:
         return path
-    return f"{path}[{param.rstrip(']')}]"
+    rule, param = SPLIT[name], param.rstrip("]")
+    if isinstance(rule, str):  # only that test function is split
+        return f"{path}[{param}]" if rule == func else path
+    return f"{path}[{rule(param) if rule else param}]"
 
 
 def _seconds(nodeid: str) -> float:

@@ -126,7 +126,8 @@ def test_compiled_collectives_match_prediction(case_id):
     assert compare.collectives(c["ops"], pred, case.collectives, c["text"]) == []
 
 
-# (these take the case id as a parameter so the suite runs them with that case's other tests: one compile)
+# (tests that read a compiled case take its id as a parameter, so the suite runs them with that case's other tests,
+# in one process: one compile; see tests/conftest.py's SPLIT)
 @pytest.mark.parametrize("case_id", ["data-8"])
 def test_data_parallel_combines_every_gradient_and_the_loss_into_one_all_reduce(case_id):
     ops, pred = compiled(case_id)["ops"], predicted(BY_ID[case_id])
@@ -154,9 +155,10 @@ def test_tensor_parallel_all_reduces_one_activation_per_block_and_pass(case_id):
     assert all(o.result_bytes == case.batch // x * case.seq * case.cfg.d_model * 4 for o in ops if o.axes == ("model",))
 
 
-def test_multislice_dcn_carries_a_data_axis_share_of_the_gradients():
+@pytest.mark.parametrize("case_id", ["multislice-2x4"])
+def test_multislice_dcn_carries_a_data_axis_share_of_the_gradients(case_id):
     # XLA:CPU keeps each ReduceScatter / AllGather but combines the slice AllReduces into one.
-    totals = sum_by_kind(compiled("multislice-2x4")["ops"])
+    totals = sum_by_kind(compiled(case_id)["ops"])
     assert totals[("all_reduce", ("slice",))] * 4 == totals[("all_gather", ("data",))]  # DCN carries 1/X
 
 
@@ -249,20 +251,22 @@ def test_step_flops_match_xla(case_id):
     assert_just_below(step_flops(FLOPS_BY_ID[case_id]).compiled_flops, xla_flops(case_id))
 
 
-def test_pipeline_xla_counts_one_backward_op_whatever_the_schedule():
+@pytest.mark.parametrize("case_id", ["1f1b-2"])  # with that case's tests (gpipe-2's compile is repeated)
+def test_pipeline_xla_counts_one_backward_op_whatever_the_schedule(case_id):
     # XLA counts the tick loop's body once, at its costliest branch (a B op), plus Adam outside the
     # loop; so both schedules report the same number although the second executes twice as much.
-    seen = [xla_flops("gpipe-2"), xla_flops("1f1b-2")]
+    seen = [xla_flops("gpipe-2"), xla_flops(case_id)]
     executed = [step_flops(FLOPS_BY_ID[i]).executed.total_flops for i in ("gpipe-2", "1f1b-2")]
     assert seen[1] == pytest.approx(seen[0], rel=1e-3)
     assert executed[0] > 2 * seen[0] and executed[1] > 4 * seen[0]  # at run time: M F ops and M B ops
 
 
-def test_expert_flops_count_capacity_slots_not_routed_tokens():
+@pytest.mark.parametrize("case_id", ["expert-4"])
+def test_expert_flops_count_capacity_slots_not_routed_tokens(case_id):
     # XLA sees the slots, so the routed count (capacity factor 1) falls outside the tolerance.
-    case = FLOPS_BY_ID["expert-4"]
+    case = FLOPS_BY_ID[case_id]
     routed = ExpertParallel(1.0).step_flops(case.cfg, dict(case.mesh.shape), case.batch, case.seq)
-    assert routed.total_flops < (1 - FLOPS_RTOL) * xla_flops("expert-4")
+    assert routed.total_flops < (1 - FLOPS_RTOL) * xla_flops(case_id)
 
 
 # ------------------------------------------------------------------ bad input
@@ -296,9 +300,10 @@ def test_bad_input_says_what_to_do(call, match):
         call()
 
 
-def test_make_loss_and_grads_is_the_steps_gradients():
+@pytest.mark.parametrize("case_id", ["zero3-8"])
+def test_make_loss_and_grads_is_the_steps_gradients(case_id):
     # The same local function without the optimizer: one scheme suffices (the code path is shared).
-    case = BY_ID["zero3-8"]
+    case = BY_ID[case_id]
     ref, mesh = ref_of(case), case.mesh
     lg = case.scheme.make_loss_and_grads(case.cfg, mesh)
     params = case.scheme.shard_params(ref["state"].params, mesh)

@@ -22,6 +22,14 @@ def test_groups_keep_what_shares_a_fixture_together():
     assert work_group("tests/test_parallel_selfcheck.py::test_other_splits_of_8_devices[8-1-schemes1]") == \
         "tests/test_parallel_selfcheck.py[8-1-schemes1]"
     assert work_group("tests/test_serving_engine.py::t") == work_group("tests/test_serving_paged.py::t[a]")
+    # the scheme cases that share a single-device reference run together: it is computed once
+    schemes = "tests/test_parallel_schemes.py::"
+    assert {work_group(f"{schemes}{test}[{case}]") for test, case in [
+        ("test_memory_matches_prediction", "data-8"), ("test_step_flops_match_xla", "multislice-2x4"),
+        ("test_make_loss_and_grads_is_the_steps_gradients", "zero3-8")]} == {f"{schemes[:-2]}[data-8]"}
+    assert work_group(f"{schemes}t[fsdp_tp-4x2]") == work_group(f"{schemes}t[tensor-2x4]") != work_group(
+        f"{schemes}t[data-8]")
+    assert work_group(f"{schemes}test_step_flops_match_xla[data-4]") == f"{schemes[:-2]}[data-4]"  # FLOPs only
     assert work_group("solutions/01_rooflines.ipynb::Cell 3") == "solutions/01_rooflines.ipynb"
 
 
