@@ -3,7 +3,6 @@
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -74,16 +73,13 @@ def pytest_terminal_summary(terminalreporter):
 
 def _scheme_case_group(param: str) -> str:
     """tests/test_parallel_schemes.py's group for a case id: the first case (scalelib.parallel.cases.CASES) with the
-    same single-device reference, which each process computes once (model, optimizer, batch, keys); an id of no
-    such case (a FLOPs-only case, a bad input) is its own group. Split one group per case, six cases computed the
-    data-parallel reference on both workers, and every test that read two cases compiled one of them again."""
+    same single-device reference (``Case.reference_inputs``), which each process computes once; an id of no
+    such case (a FLOPs-only case, a bad input) is its own group. (Split one group per case, the six cases sharing
+    the data-parallel reference computed it on both workers.)"""
     from scalelib.parallel.cases import CASES
 
-    def key(c: Any) -> tuple:
-        return (c.cfg, c.hp, c.batch, c.seq, c.keys)
-
     case = next((c for c in CASES if c.id == param), None)
-    return param if case is None else next(c.id for c in CASES if key(c) == key(case))
+    return param if case is None else next(c.id for c in CASES if c.reference_inputs == case.reference_inputs)
 
 
 SPLIT: dict[str, Callable[[str], str] | str | None] = {
@@ -115,6 +111,7 @@ LONG_GROUPS_S = {
     "test_shards.py": 38,
     "test_grading_chapters.py[10_jax]": 37,
     "test_grading_chapters.py[07_inference]": 35,
+    # these two: their tests' one-process durations, summed, times the two-worker slowdown (about 1.5)
     "test_parallel_schemes.py[data-8]": 45,
     "test_parallel_schemes.py[tensor-2x4]": 35,
     "test_parallel_schemes.py[expert-4]": 35,

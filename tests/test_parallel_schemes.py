@@ -78,7 +78,7 @@ def reference(cfg: tf.TransformerConfig, hp: train.Adam, batch: int, seq: int, k
 
 
 def ref_of(case: Case) -> dict:
-    return reference(case.cfg, case.hp, case.batch, case.seq, case.keys)
+    return reference(*case.reference_inputs)
 
 
 @functools.lru_cache(maxsize=None)

@@ -84,6 +84,11 @@ class Case:
     merged: Callable[[Collective], bool] = field(default=keep_all)
 
     @property
+    def reference_inputs(self) -> tuple[tf.TransformerConfig, train.Adam, int, int, tuple[int, int]]:
+        """What the case's single-device reference step depends on: cases with equal inputs share one."""
+        return (self.cfg, self.hp, self.batch, self.seq, self.keys)
+
+    @property
     def mesh(self) -> jax.sharding.Mesh:
         """The case's mesh on the first devices of this process."""
         n = math.prod(self.shape)
