@@ -27,9 +27,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import venv
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -162,6 +165,25 @@ def install_pinned(env: Env, extra: str, name: Path) -> None:
     subprocess.run([str(env.python), "-c", WARM_KERNEL], check=True, cwd=ROOT, env=dict(environ, MPLBACKEND="Agg"))
 
 
+@contextmanager
+def compilation_cache(environ: dict[str, str]) -> Iterator[dict[str, str]]:
+    """``environ`` with JAX's persistent compilation cache in a new folder that lives for one suite run.
+
+    The suite's processes (workers, notebook kernels, ranks) compile many of the same programs; the first to
+    compile one stores it and the others load it. Every program is stored (minimum compile time 0), because most
+    of the suite's compiles are small. Measured on this project's 2-core machine, back to back: the current suite
+    732 -> 627 s (999 -> 841 user-s), the floor suite 297 -> 277 s (555 -> 521 user-s), the same tests passing;
+    with every program already stored the current suite took 483 s, so the cost analyses, memory analyses and HLO
+    the tests read hold on loaded programs too. The folder is new each run and removed after, so no program
+    outlives the sources it was compiled from, and a cache folder the host set is ignored for the same reason.
+    The grader's sandboxed kernels get a whitelisted environment (autograder/kernel.py) and never see it, nor can
+    they open it (mode 700, owned by whoever runs the suite): a student's code must neither read the compiled
+    solutions nor plant programs for others.
+    """
+    with tempfile.TemporaryDirectory(prefix="scalelib-xla-cache-", ignore_cleanup_errors=True) as folder:
+        yield dict(environ, JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+
 def run_suite(name: str, pytest_args: list[str]) -> tuple[int, float]:
     env, args = SUITES[name]
     ensure_env(env, "test", pinned=True)
@@ -175,7 +197,8 @@ def run_suite(name: str, pytest_args: list[str]) -> tuple[int, float]:
     # ignored by git) for the rest, and pytest keeps its rewritten test modules for the next worker.
     environ.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
-    code = subprocess.run([str(env.python), "-m", "pytest", *args, *pytest_args], cwd=ROOT, env=environ).returncode
+    with compilation_cache(environ) as environ:
+        code = subprocess.run([str(env.python), "-m", "pytest", *args, *pytest_args], cwd=ROOT, env=environ).returncode
     return code, time.perf_counter() - start
 
 

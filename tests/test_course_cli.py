@@ -1,7 +1,11 @@
 """course.py, the two-command entry point: work copies for JupyterLab and the two suites."""
 
 import json
+import os
 import re
+from pathlib import Path
+
+import pytest
 
 import course
 
@@ -70,3 +74,29 @@ def test_lab_opens_the_first_chapter_and_passes_options_to_jupyterlab(tmp_path):
     assert "--LabApp.default_url=/lab/tree/01_rooflines.ipynb" in cmd and "--allow-root" not in cmd
     assert cmd[-3:] == ["--port", "8890", "--no-browser"]  # the student's options last: they win
     assert "--allow-root" in course.lab_command(tmp_path / "python", tmp_path, [], as_root=True)
+
+
+def test_each_suite_run_compiles_into_its_own_new_cache_folder_removed_after(monkeypatch, tmp_path):
+    """Workers, kernels and ranks of one run share stored programs; no program outlives its run (the sources may
+    change before the next), a folder the host set is not used, and an interrupted run cleans up too."""
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "host-cache"))
+    monkeypatch.setattr(course, "ensure_env", lambda *a, **kw: None)
+    seen = []
+
+    def fake_run(cmd: list, cwd: Path, env: dict) -> course.subprocess.CompletedProcess:
+        folder = Path(env["JAX_COMPILATION_CACHE_DIR"])
+        seen.append(folder)
+        assert folder.is_dir() and not list(folder.iterdir())
+        assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+        assert folder.stat().st_mode & 0o077 == 0  # nobody else on the host (a sandboxed kernel) can open it
+        (folder / "program").write_bytes(b"compiled")
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+        return course.subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(course.subprocess, "run", fake_run)
+    assert course.run_suite("current", [])[0] == 0 and course.run_suite("floor", [])[0] == 0
+    with pytest.raises(KeyboardInterrupt):
+        course.run_suite("current", [])
+    assert len(set(seen)) == 3 and tmp_path / "host-cache" not in seen
+    assert not [folder for folder in seen if os.path.exists(folder)]

@@ -31,6 +31,19 @@ def test_a_kernel_compiles_under_the_graders_xla_flags_with_the_chapters_device_
     assert kernel_env(tmp_path, 2)["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2"
 
 
+def test_a_kernel_never_sees_the_suites_compilation_cache(tmp_path, monkeypatch):
+    """course.py gives each suite run a shared XLA program cache; a student's kernel must not learn where it is (it
+    could read the instructor's compiled programs, or store its own for the trusted context to load)."""
+    from autograder.kernel import kernel_env
+
+    cache = str(tmp_path / "scalelib-xla-cache-x")
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
+    monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    env = kernel_env(tmp_path / "scratch")
+    assert not [k for k in env if "CACHE" in k and k.startswith("JAX")]
+    assert not [v for v in env.values() if cache in v]
+
+
 def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
     """Killed at 2 CPU-s, not later, and the student reads why. As PID 1 of its namespace the kernel outlives a
     SIGXCPU: with the limit at (2, 7) it died at the hard limit, near 7 CPU-s."""
