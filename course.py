@@ -175,8 +175,8 @@ def compilation_cache(environ: dict[str, str]) -> Iterator[dict[str, str]]:
     the current suite 732 -> 627 s (999 -> 841 user-s) on one, 822 -> 783 s (1102 -> 1053 user-s) on a noisier
     other; the floor suite 297 -> 277 s (555 -> 521 user-s); the same tests passing. With every program already
     stored the current suite took 483 s, all passing, so the cost analyses, memory analyses and HLO the tests read
-    hold on loaded programs too. The folder is new each run and removed after, so no program
-    outlives the sources it was compiled from, and a cache folder the host set is ignored for the same reason.
+    hold on loaded programs too. The folder is new each run and removed after, so no program outlives the sources
+    it was compiled from, and a cache folder the host set is ignored for the same reason.
     The grader's sandboxed kernels get a whitelisted environment (autograder/kernel.py) and never see it, nor can
     they open it (mode 700, owned by whoever runs the suite): a student's code must neither read the compiled
     solutions nor plant programs for others.

@@ -1,7 +1,6 @@
 """course.py, the two-command entry point: work copies for JupyterLab and the two suites."""
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -99,4 +98,4 @@ def test_each_suite_run_compiles_into_its_own_new_cache_folder_removed_after(mon
     with pytest.raises(KeyboardInterrupt):
         course.run_suite("current", [])
     assert len(set(seen)) == 3 and tmp_path / "host-cache" not in seen
-    assert not [folder for folder in seen if os.path.exists(folder)]
+    assert not [folder for folder in seen if folder.exists()]
