@@ -665,16 +665,14 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
         if group is not None and group.oom_kills() > ooms:
             ooms = group.oom_kills()
             with contextlib.suppress(OSError):
-                oom_note(scratch).write_text(str(ooms))
+                write_note(oom_note(scratch), str(ooms))
             print(f"sandbox: over the memory limit of {memory_mb} MB (all its processes together); the OOM killer "
                   f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
         if done:
             return status
         if disk is not None and not announced and disk.ready():
-            with contextlib.suppress(OSError):  # whole or not at all: the grader reads it as soon as it exists
-                part = kernel_note(scratch).with_name(kernel_note(scratch).name + ".part")
-                part.write_text(str(kernel))
-                os.replace(part, kernel_note(scratch))
+            with contextlib.suppress(OSError):
+                write_note(kernel_note(scratch), str(kernel))
             announced = True
         if not killed:
             members = group.members() if group is not None else (_namespace_members(ns) if ns else [])
@@ -687,7 +685,7 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
                 why = f"over the disk limit of {cfg['disk_mb']} MB (all its files together)"
             if why:
                 with contextlib.suppress(OSError):
-                    kill_note(scratch).write_text(why)
+                    write_note(kill_note(scratch), why)
                 print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
                 with contextlib.suppress(OSError):  # PID 1 of the namespace: the kernel kills every process in it
                     os.kill(kernel or child, signal.SIGKILL)
@@ -751,8 +749,8 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
         # runtime: on a busy machine a process can be killed at its limit with a little less counted here.
         if cpu_s and code == -signal.SIGKILL and used_s >= cpu_s - 0.5:
             with contextlib.suppress(OSError):  # the grader tells the student why (kernel.KernelSession.death)
-                kill_note(Path(cfg["scratch"])).write_text(
-                    f"at the CPU limit of {cpu_s} s (it used {used_s:.1f} s of CPU time)")
+                write_note(kill_note(Path(cfg["scratch"])),
+                           f"at the CPU limit of {cpu_s} s (it used {used_s:.1f} s of CPU time)")
         os._exit(code if code >= 0 else 128 - code)
     except BaseException as err:
         with contextlib.suppress(BaseException):
@@ -764,8 +762,7 @@ def main(argv: list[str]) -> int:
     cfg = json.loads(argv[0])
     cmd = argv[argv.index("--") + 1:]
     scratch = Path(cfg["scratch"])
-    for note in (kill_note(scratch), kernel_note(scratch), oom_note(scratch)):
-        note.unlink(missing_ok=True)
+    remove_notes(scratch)
     # If the grader dies (killed, out of memory), so does this launcher, and with it the kernel (PDEATHSIG too):
     # no student code outlives the run that started it.
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -775,7 +772,7 @@ def main(argv: list[str]) -> int:
     group = _memory_group(cfg)
     if group is not None:
         # The grader removes the group if this launcher is killed before it can (the note is read with care).
-        cgroup_note(scratch).write_text(str(group.path))
+        write_note(cgroup_note(scratch), str(group.path))
     plan = _Plan.make(cfg)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts go to the kernel (same process group)
     read_end, write_end = os.pipe()
@@ -827,9 +824,18 @@ def oom_note(scratch: Path) -> Path:
     return scratch.parent / f".{scratch.name}.oom"
 
 
+def write_note(note: Path, text: str) -> None:
+    """Write a note whole or not at all: the grader reads each note as soon as it exists, and a note written in
+    place exists, empty, before its text arrives (a fork bomb's row once said only "the kernel died")."""
+    part = note.with_name(note.name + ".part")
+    part.write_text(text)
+    os.replace(part, note)
+
+
 def remove_notes(scratch: Path) -> None:
     for note in (kill_note(scratch), kernel_note(scratch), oom_note(scratch)):
         note.unlink(missing_ok=True)
+        note.with_name(note.name + ".part").unlink(missing_ok=True)  # a launcher killed between write and rename
 
 
 def remove_left_cgroup(scratch: Path) -> None:

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -190,6 +191,32 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
             time.sleep(0.5)
         cgroups.sweep()  # what the next close or run does
     assert group is None or not group.exists(), group
+
+
+def test_a_note_is_read_whole_or_not_at_all(tmp_path):
+    """The grader reads a launcher's note the moment it exists. Written in place, it existed empty for a moment,
+    and a fork bomb's row said only "the kernel died" (seen in a suite run); with Path.write_text in place of
+    write_note this reader sees an empty note hundreds of times in a thousand writes."""
+    note, seen, stop = sandbox.kill_note(tmp_path / "scratch"), [], threading.Event()
+
+    def read():
+        while not stop.is_set():
+            try:
+                seen.append(note.read_text())
+            except FileNotFoundError:
+                pass
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for _ in range(1000):
+            sandbox.write_note(note, "more than 128 processes")
+            note.unlink()
+    finally:
+        stop.set()
+        reader.join()
+    assert seen and set(seen) == {"more than 128 processes"}, sorted(set(seen))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_sweep_removes_only_empty_groups_of_launchers_that_are_gone():
