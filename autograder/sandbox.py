@@ -846,6 +846,7 @@ def remove_left_cgroup(scratch: Path) -> None:
         if path.is_relative_to(cgroups.ROOT) and path.name.startswith("scalelib-grader-"):
             cgroups.MemoryGroup(path, 0, path.parent).remove()
         note.unlink()
+    note.with_name(note.name + ".part").unlink(missing_ok=True)  # killed between write and rename: cgroups.sweep
 
 
 if __name__ == "__main__":
