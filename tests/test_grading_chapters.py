@@ -25,11 +25,9 @@ def exercise_count(chapter):
     return sum(bool(c.metadata.get("nbgrader", {}).get("grade")) for c in nb.cells)
 
 
-@pytest.fixture(scope="module", params=CHAPTERS)
-def graded(request, tmp_path_factory):
-    chapter = request.param
-    tmp = tmp_path_factory.mktemp(f"grading-{chapter}")
-    subs = tmp / "subs"
+def write_class(chapter, subs):
+    """The class graded for ``chapter`` (tests below; ``python -m tests.benchmarks --grading-profile``): each
+    student's notebook in ``subs``; returns the students whose kernels get all of scalelib."""
     (subs / "bob").mkdir(parents=True)
     nbformat.write(answered(chapter), subs / "alice.ipynb")
     shutil.copy(course.CHAPTERS / f"{chapter}.ipynb", subs / "bob" / f"{chapter}.ipynb")  # untouched
@@ -38,7 +36,15 @@ def graded(request, tmp_path_factory):
     nbformat.write(delegating(chapter), subs / "delegator.ipynb")
     nbformat.write(delegating(chapter), subs / "delegator_open.ipynb")  # graded with all of scalelib reachable
     nbformat.write(second_answers(chapter), subs / "second.ipynb")
-    results = grade.grade(subs, chapter, tmp / "out", unrestricted=frozenset({"delegator_open"}))
+    return frozenset({"delegator_open"})
+
+
+@pytest.fixture(scope="module", params=CHAPTERS)
+def graded(request, tmp_path_factory):
+    chapter = request.param
+    tmp = tmp_path_factory.mktemp(f"grading-{chapter}")
+    unrestricted = write_class(chapter, tmp / "subs")
+    results = grade.grade(tmp / "subs", chapter, tmp / "out", unrestricted=unrestricted)
     return chapter, {r.student: r for r in results}, tmp / "out"
 
 

@@ -18,6 +18,8 @@ Prints, side by side in one run:
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
   against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;
 * with --shards N (only that): 64 (--copies) copies of chapter 1 graded as N shards and merged.
+* with --grading-profile CHAPTER (only that): where grading that chapter's test class spends its time (trusted
+  context, kernel starts, binds, cells, judge) and the CPU used meanwhile (tests/benchmarks/grading_profile.py).
 """
 
 from __future__ import annotations
@@ -278,7 +280,14 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="workers for --grading and each shard")
     parser.add_argument("--shards", type=int, help="only: grade --copies notebooks of chapter 1 as this many shards")
     parser.add_argument("--multiprocess", action="store_true", help="only: 2 processes x 4 devices vs 1 x 8")
+    parser.add_argument("--grading-profile", metavar="CHAPTER", choices=course.chapter_names(),
+                        help="only: where grading this chapter's test class spends its time")
     args = parser.parse_args()
+    if args.grading_profile:
+        from tests.benchmarks import grading_profile
+
+        grading_profile.report(args.grading_profile)
+        return 0
     if args.shards:
         sharded_class(copies=args.copies or 64, n_shards=args.shards, workers=args.workers)
         return 0
