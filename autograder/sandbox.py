@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autograder import cgroups
+from autograder.report import atomic_write
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
@@ -665,14 +666,14 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
         if group is not None and group.oom_kills() > ooms:
             ooms = group.oom_kills()
             with contextlib.suppress(OSError):
-                write_note(oom_note(scratch), str(ooms))
+                atomic_write(oom_note(scratch), str(ooms))
             print(f"sandbox: over the memory limit of {memory_mb} MB (all its processes together); the OOM killer "
                   f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
         if done:
             return status
         if disk is not None and not announced and disk.ready():
             with contextlib.suppress(OSError):
-                write_note(kernel_note(scratch), str(kernel))
+                atomic_write(kernel_note(scratch), str(kernel))
             announced = True
         if not killed:
             members = group.members() if group is not None else (_namespace_members(ns) if ns else [])
@@ -685,7 +686,7 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
                 why = f"over the disk limit of {cfg['disk_mb']} MB (all its files together)"
             if why:
                 with contextlib.suppress(OSError):
-                    write_note(kill_note(scratch), why)
+                    atomic_write(kill_note(scratch), why)
                 print(f"sandbox: {why}; killed", file=sys.stderr, flush=True)
                 with contextlib.suppress(OSError):  # PID 1 of the namespace: the kernel kills every process in it
                     os.kill(kernel or child, signal.SIGKILL)
@@ -749,7 +750,7 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
         # runtime: on a busy machine a process can be killed at its limit with a little less counted here.
         if cpu_s and code == -signal.SIGKILL and used_s >= cpu_s - 0.5:
             with contextlib.suppress(OSError):  # the grader tells the student why (kernel.KernelSession.death)
-                write_note(kill_note(Path(cfg["scratch"])),
+                atomic_write(kill_note(Path(cfg["scratch"])),
                            f"at the CPU limit of {cpu_s} s (it used {used_s:.1f} s of CPU time)")
         os._exit(code if code >= 0 else 128 - code)
     except BaseException as err:
@@ -772,7 +773,7 @@ def main(argv: list[str]) -> int:
     group = _memory_group(cfg)
     if group is not None:
         # The grader removes the group if this launcher is killed before it can (the note is read with care).
-        write_note(cgroup_note(scratch), str(group.path))
+        atomic_write(cgroup_note(scratch), str(group.path))
     plan = _Plan.make(cfg)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts go to the kernel (same process group)
     read_end, write_end = os.pipe()
@@ -808,7 +809,9 @@ def cgroup_note(scratch: Path) -> Path:
 
 def kill_note(scratch: Path) -> Path:
     """Where a launcher says why it killed its sandbox, at the moment it does (the namespace may take seconds to
-    die): beside the scratch folder, out of the sandbox's sight."""
+    die): beside the scratch folder, out of the sandbox's sight. Like every note it is written with
+    ``report.atomic_write``: the grader reads a note as soon as it exists, and one written in place is empty for a
+    moment (a fork bomb's row once said only "the kernel died")."""
     return scratch.parent / f".{scratch.name}.killed"
 
 
@@ -824,18 +827,9 @@ def oom_note(scratch: Path) -> Path:
     return scratch.parent / f".{scratch.name}.oom"
 
 
-def write_note(note: Path, text: str) -> None:
-    """Write a note whole or not at all: the grader reads each note as soon as it exists, and a note written in
-    place exists, empty, before its text arrives (a fork bomb's row once said only "the kernel died")."""
-    part = note.with_name(note.name + ".part")
-    part.write_text(text)
-    os.replace(part, note)
-
-
 def remove_notes(scratch: Path) -> None:
     for note in (kill_note(scratch), kernel_note(scratch), oom_note(scratch)):
         note.unlink(missing_ok=True)
-        note.with_name(note.name + ".part").unlink(missing_ok=True)  # a launcher killed between write and rename
 
 
 def remove_left_cgroup(scratch: Path) -> None:
@@ -846,7 +840,6 @@ def remove_left_cgroup(scratch: Path) -> None:
         if path.is_relative_to(cgroups.ROOT) and path.name.startswith("scalelib-grader-"):
             cgroups.MemoryGroup(path, 0, path.parent).remove()
         note.unlink()
-    note.with_name(note.name + ".part").unlink(missing_ok=True)  # killed between write and rename: cgroups.sweep
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import cgroups, grade, sandbox
+from autograder import cgroups, grade, report, sandbox
 
 pytestmark = [pytest.mark.grading,
               pytest.mark.skipif(sandbox.available() != "", reason=f"no OS sandbox here: {sandbox.available()}")]
@@ -196,7 +196,8 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
 def test_a_note_is_read_whole_or_not_at_all(tmp_path):
     """The grader reads a launcher's note the moment it exists. Written in place, it existed empty for a moment,
     and a fork bomb's row said only "the kernel died" (seen in a suite run); with Path.write_text in place of
-    write_note this reader sees an empty note hundreds of times in a thousand writes."""
+    report.atomic_write (what the launcher writes its notes with) this reader sees an empty note hundreds of times
+    in a thousand writes."""
     note, seen, stop = sandbox.kill_note(tmp_path / "scratch"), [], threading.Event()
 
     def read():
@@ -210,7 +211,7 @@ def test_a_note_is_read_whole_or_not_at_all(tmp_path):
     reader.start()
     try:
         for _ in range(1000):
-            sandbox.write_note(note, "more than 128 processes")
+            report.atomic_write(note, "more than 128 processes")
             note.unlink()
     finally:
         stop.set()
