@@ -44,9 +44,6 @@ def _busy_cpu_s() -> float | None:
 def _timed(phases: dict[str, list[float]]) -> Iterator[None]:
     """While inside, the grader's phases append their wall times to ``phases`` (restored after)."""
     lock = threading.Lock()
-    originals = [(trusted.TrustedContext, "build"), (kernel.KernelSession, "__init__"), (kernel.KernelSession, "run"),
-                 (judge.Judge, "judge")]
-    saved = [(cls, name, getattr(cls, name)) for cls, name in originals]
 
     def wrap(fn, label):
         def timed(self, *args, **kwargs):
@@ -66,10 +63,13 @@ def _timed(phases: dict[str, list[float]]) -> Iterator[None]:
         # the judge's calls of the student's functions (and its helpers) run silently, the student's cells do not
         return "kernel: the judge's calls" if kwargs.get("silent") else "kernel: a student's cell"
 
-    trusted.TrustedContext.build = wrap(saved[0][2], "trusted context (instructor's notebook)")
-    kernel.KernelSession.__init__ = wrap(saved[1][2], "kernel start (sandbox + ipykernel)")
-    kernel.KernelSession.run = wrap(saved[2][2], run_kind)
-    judge.Judge.judge = wrap(saved[3][2], "judge: one exercise's tests")
+    methods = [(trusted.TrustedContext, "build", "trusted context (instructor's notebook)"),
+               (kernel.KernelSession, "__init__", "kernel start (sandbox + ipykernel)"),
+               (kernel.KernelSession, "run", run_kind),
+               (judge.Judge, "judge", "judge: one exercise's tests")]
+    saved = [(cls, name, getattr(cls, name)) for cls, name, _ in methods]
+    for cls, name, label in methods:
+        setattr(cls, name, wrap(getattr(cls, name), label))
     try:
         yield
     finally:
