@@ -28,7 +28,7 @@ WRONG = "ch01-ex1-2-mixed"
 
 
 def _wrong(gid, src):
-    if gid != f"{WRONG}-answer":
+    if gid != course.answer_id(WRONG):
         return src
     slipped = src.replace("/ 2", "/ 3")  # an off-by-precision slip
     assert slipped != src
@@ -42,9 +42,9 @@ def _answered(wrong=False):
 def _answered_only(eid):
     """The released notebook with only ``eid`` answered (from solutions/)."""
     nb = nbformat.read(course.CHAPTERS / f"{CHAPTER}.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == f"{eid}-answer")
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == course.answer_id(eid))
     cell.source = next(c for c in answered(CHAPTER).cells
-                       if c.metadata.get("nbgrader", {}).get("grade_id") == f"{eid}-answer").source
+                       if c.metadata.get("nbgrader", {}).get("grade_id") == course.answer_id(eid)).source
     return nb
 
 

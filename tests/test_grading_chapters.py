@@ -219,10 +219,10 @@ def test_wrong_answers_with_patched_helpers_earn_nothing(graded):
     if chapter not in HOSTILE:
         pytest.skip("no hostile answers written for this chapter")
     mallory = results["mallory"]
-    for gid in HOSTILE[chapter]:
-        eid = gid[: -len("-answer")]
+    hostile = [course.exercise_of_answer(gid) for gid in HOSTILE[chapter]]
+    for eid in hostile:
         assert mallory.exercises[eid] == 0, (eid, mallory.messages.get(eid))
-    assert mallory.score == results["alice"].score - sum(results["alice"].exercises[g[:-7]] for g in HOSTILE[chapter])
+    assert mallory.score == results["alice"].score - sum(results["alice"].exercises[eid] for eid in hostile)
 
 
 def test_answers_that_delegate_to_the_library_earn_nothing(graded):
@@ -271,7 +271,7 @@ def _normalized(src):
 @pytest.mark.parametrize("chapter", course.chapter_names())
 def test_every_exercise_has_a_second_answer_unlike_the_solution(chapter):
     assert chapter in SECOND, f"tests/second_answers/ has no answers for {chapter}: add a module for it"
-    solved = {gid[: -len("-answer")]: c.source
+    solved = {course.exercise_of_answer(gid): c.source
               for gid, c in solution_cells(nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)).items()}
     assert set(SECOND[chapter]) == set(solved), (chapter, set(SECOND[chapter]) ^ set(solved))
     same = [eid for eid, src in SECOND[chapter].items() if _normalized(src) == _normalized(solved[eid])]

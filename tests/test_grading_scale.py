@@ -43,14 +43,14 @@ def _nb(**answers):
     nb = nbformat.read(course.CHAPTERS / f"{CH}.ipynb", as_version=4)
     for c in nb.cells:
         gid = c.metadata.get("nbgrader", {}).get("grade_id", "")
-        if gid.endswith("-answer"):
-            eid = gid[: -len("-answer")]
+        eid = course.exercise_of_answer(gid)
+        if eid is not None:
             c.source = answers.get(eid, SOL[gid])
     return nb
 
 
 def _wrong(eid, old="/ 2", new="/ 3"):
-    src = SOL[f"{eid}-answer"]
+    src = SOL[course.answer_id(eid)]
     assert old in src
     return src.replace(old, new)
 
@@ -165,7 +165,7 @@ HANG = _nb(**{
 })
 IGNORE_SIGINT = _nb(**{MIXED: "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)\n"})
 FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 100_000 + '\\n')\n" + _wrong(MIXED)})
-HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[f"{MIXED}-answer"],
+HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[course.answer_id(MIXED)],
              GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
 # the crash's detail quotes the kernel's last "sandbox:" line: this one is markup that would act as HTML
 MARKUP = '<img src=x onerror="document.title=1"> [click](javascript:alert(1))'
@@ -227,7 +227,7 @@ for pid in kids:
     os.waitpid(pid, 0)
 import time
 time.sleep(3)
-""" + SOL[f"{MIXED}-answer"]})
+""" + SOL[course.answer_id(MIXED)]})
 FORK_BOMB = _nb(**{MIXED: "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"})
 
 ROSTER = """student,name,id,email
@@ -283,7 +283,8 @@ def run(tmp_path_factory):
     ch2 = nbformat.read(course.CHAPTERS / "02_tpus.ipynb", as_version=4)
     files["wrong_1014_5014_01_rooflines.ipynb"] = (w(ch2), t0)  # named for ch 1, but is chapter 2
     partial = _nb()
-    partial.cells = [c for c in partial.cells if c.metadata.get("nbgrader", {}).get("grade_id") != f"{MIXED}-answer"]
+    partial.cells = [c for c in partial.cells
+                     if c.metadata.get("nbgrader", {}).get("grade_id") != course.answer_id(MIXED)]
     files["partial_1015_5015_01_rooflines.ipynb"] = (w(partial), t0)
     files["numpy.py"] = ("raise SystemExit('shadowed numpy')\n", t0)
     files["stranger_9999_9999_01_rooflines.ipynb"] = (w(_nb()), t0)  # on no roster

@@ -97,7 +97,7 @@ def test_stubs_name_their_exercise_and_metadata_matches_what_jupyterlab_writes()
         answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
         assert answers
         for cell in answers:
-            exercise = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
+            exercise = cell.metadata["nbgrader"]["grade_id"].removesuffix(course.ANSWER_SUFFIX)
             assert f'raise NotImplementedError("{stub_message(exercise)}")' in cell.source
             assert "write your answer here" not in cell.source
 
