@@ -751,7 +751,7 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
         if cpu_s and code == -signal.SIGKILL and used_s >= cpu_s - 0.5:
             with contextlib.suppress(OSError):  # the grader tells the student why (kernel.KernelSession.death)
                 atomic_write(kill_note(Path(cfg["scratch"])),
-                           f"at the CPU limit of {cpu_s} s (it used {used_s:.1f} s of CPU time)")
+                             f"at the CPU limit of {cpu_s} s (it used {used_s:.1f} s of CPU time)")
         os._exit(code if code >= 0 else 128 - code)
     except BaseException as err:
         with contextlib.suppress(BaseException):
