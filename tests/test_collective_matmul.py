@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from scalelib import compat, hardware, hlo, profiling
+from scalelib import compat, hardware, hlo, placement, profiling
 from scalelib import ring_collectives as rc
 from scalelib.kernels import collective_matmul as cm
 
@@ -123,7 +123,7 @@ def test_jit_baseline_gathers_instead():
     mesh = compat.make_mesh((2, 4), ("X", "Y"))
     lhs, rhs, out = cm.shardings("all_gather", "Y", "X")
     named = lambda s: jax.sharding.NamedSharding(mesh, s.spec)  # noqa: E731
-    x, w = (jax.device_put(v, named(s)) for v, s in zip(_inputs(), (lhs, rhs)))
+    x, w = (placement.put(v, named(s)) for v, s in zip(_inputs(), (lhs, rhs)))
     baseline = jax.jit(lambda a, b: a @ b, out_shardings=named(out))
     ops = hlo.collective_ops(hlo.compiled_hlo(baseline, x, w), {"X": 2, "Y": 4})
     assert [(o.kind, o.axes) for o in ops] == [("all_gather", ("Y",))]
@@ -165,7 +165,7 @@ def test_bad_inputs_give_clear_errors():
     lhs, rhs, out = cm.shardings("all_gather", "Y", "X")
     inner = compat.shard_map(lambda a, b: cm.allgather_matmul(a, b, "Z"), mesh=mesh,
                              in_specs=(lhs.spec, rhs.spec), out_specs=out.spec)
-    put = lambda v, s: jax.device_put(v, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
+    put = lambda v, s: placement.put(v, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
     with pytest.raises(ValueError, match="axis 'Z' is not an axis of the enclosing shard_map"):
         jax.jit(inner)(put(jnp.ones((8, 16)), lhs), put(jnp.ones((16, 32)), rhs))
 

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model
+from scalelib import compat, model, placement
 from scalelib.parallel import expert as ep
 from scalelib.parallel.compare import ATOL, RTOL
 
@@ -51,8 +51,9 @@ def _moe_layer_and_its_grads_equal_dense_dispatch(dtype):
     p["router_bias"] = jnp.linspace(-0.5, 0.5, CFG.n_experts, dtype=dtype)  # [E] non-zero: its grad path runs
     x = jax.random.normal(jax.random.key(1), (4, 8, CFG.d_model), dtype)  # [B, T, D]
     w = jax.random.normal(jax.random.key(2), x.shape, dtype)  # [B, T, D] a random output cotangent
-    placed = {k: jax.device_put(v, NamedSharding(mesh, s)) for (k, v), s in zip(p.items(), ep.ExpertParallel(NO_DROP).layer_specs(p, dict(mesh.shape)).values())}
-    xs = jax.device_put(x, NamedSharding(mesh, P("expert")))
+    specs = ep.ExpertParallel(NO_DROP).layer_specs(p, dict(mesh.shape)).values()
+    placed = {k: placement.put(v, NamedSharding(mesh, s)) for (k, v), s in zip(p.items(), specs)}
+    xs = placement.put(x, NamedSharding(mesh, P("expert")))
 
     def out_and_grads(layer, p_, x_):  # the output and the vjp of a random cotangent, in one program
         out, vjp = jax.vjp(layer, p_, x_)

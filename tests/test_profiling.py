@@ -7,7 +7,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import collectives, compat, hardware, profiling
+from scalelib import collectives, compat, hardware, placement, profiling
 from scalelib.topology import RingAxis, ring_axis
 
 # ------------------------------------------------------------------ layouts
@@ -62,8 +62,8 @@ def test_einsum_estimate_matches_xla_flops_per_device():
     assert est.flops_per_device == 2 * 16 * 8 * 64 * 128 / 8
     assert est.time_s == est.compute_s == pytest.approx(est.flops_per_device / 1e12)
     mesh = compat.make_mesh((4, 2), ("X", "Y"), kind="auto")
-    x = jax.device_put(jnp.ones((16, 8, 64)), NamedSharding(mesh, P("X")))
-    w = jax.device_put(jnp.ones((64, 128)), NamedSharding(mesh, P(None, "Y")))
+    x = placement.put(jnp.ones((16, 8, 64)), NamedSharding(mesh, P("X")))
+    w = placement.put(jnp.ones((64, 128)), NamedSharding(mesh, P(None, "Y")))
     f = jax.jit(lambda a, b: jnp.einsum("btd,df->btf", a, b), out_shardings=NamedSharding(mesh, P("X", None, "Y")))
     assert profiling.program_summary(f, x, w, mesh_shape={"X": 4, "Y": 2}).flops == est.flops_per_device
 
@@ -118,8 +118,8 @@ def test_program_summary_lists_collectives_and_heaviest_op():
     mesh = compat.make_mesh((2, 4), ("a", "b"))
     body = compat.shard_map(lambda v, w: jax.lax.psum(v @ w, "b"), mesh=mesh, in_specs=(P("a", "b"), P("b", None)),
                             out_specs=P("a", None))
-    x = jax.device_put(jnp.ones((8, 32)), NamedSharding(mesh, P("a", "b")))
-    w = jax.device_put(jnp.ones((32, 16)), NamedSharding(mesh, P("b", None)))
+    x = placement.put(jnp.ones((8, 32)), NamedSharding(mesh, P("a", "b")))
+    w = placement.put(jnp.ones((32, 16)), NamedSharding(mesh, P("b", None)))
     s = profiling.program_summary(jax.jit(body), x, w, mesh_shape={"a": 2, "b": 4}, top=3)
     assert [(c.kind, c.axes) for c in s.collectives] == [("all_reduce", ("b",))]
     assert s.collective_kinds == {"all_reduce": 1}
@@ -132,7 +132,7 @@ def test_program_summary_lists_collectives_and_heaviest_op():
 def test_jaxpr_primitive_counts_sees_inside_shard_map():
     mesh = compat.make_mesh((8,), ("x",))
     f = jax.jit(compat.shard_map(lambda v: jax.lax.psum(v * 2, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))
-    counts = profiling.jaxpr_primitive_counts(f, jax.device_put(jnp.ones(8), NamedSharding(mesh, P("x"))))
+    counts = profiling.jaxpr_primitive_counts(f, placement.put(jnp.ones(8), NamedSharding(mesh, P("x"))))
     # with replication checking on, JAX traces psum as psum_invariant
     assert counts["psum"] + counts["psum_invariant"] == 1 and counts["mul"] == 1 and counts["shard_map"] == 1
 
@@ -140,8 +140,8 @@ def test_jaxpr_primitive_counts_sees_inside_shard_map():
 def test_section_10_jit_example_compiles_to_one_all_reduce():
     """In[B_X, D_Y] . W[D_Y, F] -> Out[B_X, F] on a 2 x 2 mesh: a local matmul, then AllReduce over Y."""
     mesh = compat.make_mesh((2, 2), ("X", "Y"), kind="auto", devices=jax.devices()[:4])
-    x = jax.device_put(jnp.zeros((8, 256), jnp.bfloat16), NamedSharding(mesh, P("X", "Y")))
-    w = jax.device_put(jnp.zeros((256, 512), jnp.bfloat16), NamedSharding(mesh, P("Y", None)))
+    x = placement.put(jnp.zeros((8, 256), jnp.bfloat16), NamedSharding(mesh, P("X", "Y")))
+    w = placement.put(jnp.zeros((256, 512), jnp.bfloat16), NamedSharding(mesh, P("Y", None)))
     f = jax.jit(lambda a, b: jnp.einsum("bd,df->bf", jnp.square(a), b), out_shardings=NamedSharding(mesh, P("X", None)))
     s = profiling.program_summary(f, x, w, mesh_shape={"X": 2, "Y": 2})
     assert [(c.kind, c.axes) for c in s.collectives] == [("all_reduce", ("Y",))]

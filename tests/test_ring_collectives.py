@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import collectives, compat
+from scalelib import collectives, compat, placement
 from scalelib import ring_collectives as rc
 
 LAX = {
@@ -30,7 +30,7 @@ def _case(shape, names, op, n, rows_per_block, cols, dtype, seed=0, devices=None
     spec = P(names)  # dim 0 split over every mesh axis: each device holds different data
     local_rows = rows_per_block * (1 if op == "all_gather" else n)
     data = np.random.default_rng(seed).integers(-1000, 1000, (local_rows * mesh.size, cols))
-    x = jax.device_put(jnp.asarray(data, dtype), NamedSharding(mesh, spec))  # [devices * rows, cols]
+    x = placement.put(jnp.asarray(data, dtype), NamedSharding(mesh, spec))  # [devices * rows, cols]
     return mesh, spec, x
 
 
@@ -95,6 +95,6 @@ def test_bidirectional_even_ring_needs_even_shard():
 
 def test_block_count_must_match_ring():
     mesh = compat.make_mesh((8,), ("x",))
-    x = jax.device_put(jnp.zeros((8 * 3, 2)), NamedSharding(mesh, P("x")))  # 3 rows per device
+    x = placement.put(jnp.zeros((8 * 3, 2)), NamedSharding(mesh, P("x")))  # 3 rows per device
     with pytest.raises(ValueError, match="multiple of the ring size 8"):
         rc.on_mesh(lambda v: rc.reduce_scatter(v, "x"), mesh, P("x"), P("x"))(x)

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat
+from scalelib import compat, placement
 from scalelib.gpus.comm_costs import all_reduce_s, ring_all_gather_s
 from scalelib.gpus.fabric import Node
 
@@ -60,7 +60,7 @@ def jitted(local: Any, mesh: jax.sharding.Mesh) -> Any:
 
 
 def _run(local: Any, partials: jax.Array, mesh: jax.sharding.Mesh) -> jax.Array:
-    placed = jax.device_put(partials, jax.sharding.NamedSharding(mesh, P((NODE_AXIS, GPU_AXIS))))
+    placed = placement.put(partials, jax.sharding.NamedSharding(mesh, P((NODE_AXIS, GPU_AXIS))))
     return jitted(local, mesh)(placed)
 
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Literal
 import jax
 import jax.numpy as jnp
 
-from scalelib import collectives, compat, ring_collectives
+from scalelib import collectives, compat, placement, ring_collectives
 from scalelib.ring_collectives import ring, send
 from scalelib.hardware import Chip, Dtype
 from scalelib.sharding import Sharding
@@ -184,8 +184,9 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     """``f(x, w) -> x @ w`` computed by the ``kind`` collective matmul over ``mesh`` (shard_map + jit).
 
     x is [B, K] and w [K, N], global. Inputs are placed on the shardings of
-    ``shardings(kind, ring_axis, batch_axis)`` inside the jit, so any array (placed or not) may be
-    passed; global shapes are checked first with a clear error.
+    ``shardings(kind, ring_axis, batch_axis)`` before the jit (``placement.put``) and inside
+    ``f.jitted``, so any array (placed or not) may be passed to either; global shapes are checked
+    first with a clear error.
     """
     _check_kind(kind)
     names = tuple(mesh.axis_names)
@@ -202,15 +203,15 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     # varying; check_vma=False accepts it (the values are equal on every device: tested).
     body = compat.shard_map(lambda x, w: kernel(x, w, ring_axis, bidirectional, **kw), mesh=mesh,
                             in_specs=(lhs.spec, rhs.spec), out_specs=out.spec, check_vma=kind != "all_reduce")
-    put = lambda v, s: jax.device_put(v, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
-    jitted = jax.jit(lambda x, w: body(put(x, lhs), put(w, rhs)))
+    in_shardings = tuple(jax.sharding.NamedSharding(mesh, s.spec) for s in (lhs, rhs))
+    jitted = jax.jit(lambda x, w: body(*(jax.device_put(v, s) for v, s in zip((x, w), in_shardings))))
 
     def run(x: jax.Array, w: jax.Array) -> jax.Array:
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"expected x [B, K] and w [K, N] with matching K, got {x.shape} and {w.shape}")
         for s, shape in ((lhs, x.shape), (rhs, w.shape), (out, (x.shape[0], w.shape[1]))):
             s.local_shape(shape, mesh)  # says which mesh axis fails to divide which dim
-        return jitted(x, w)
+        return jitted(*(placement.put(v, s) for v, s in zip((x, w), in_shardings)))
 
     run.jitted = jitted  # type: ignore[attr-defined]  # for lowering / compiled-HLO checks
     return run

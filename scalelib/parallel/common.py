@@ -15,7 +15,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat
+from scalelib import compat, placement
 
 Axes = str | tuple[str, ...]
 MeshShape = Mapping[str, int]
@@ -68,7 +68,7 @@ def place(tree: Any, mesh: jax.sharding.Mesh, specs: Any) -> Any:
 
     Under jit this reshards instead, and it is a no-op for arrays already placed so.
     """
-    return jax.tree.map(lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), tree, specs, is_leaf=is_spec)
+    return jax.tree.map(lambda x, s: placement.put(x, NamedSharding(mesh, s)), tree, specs, is_leaf=is_spec)
 
 
 def replicated(tree: Any) -> Any:

@@ -27,7 +27,7 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model, train
+from scalelib import compat, model, placement, train
 from scalelib.parallel import specs
 from scalelib.parallel.common import MeshShape, check_mesh_axes, nbytes, place
 from scalelib.parallel.context import PlanContext
@@ -146,7 +146,7 @@ class Scheme(abc.ABC):
         self.check_mesh(shape)
         self.check_batch(tokens.shape[0], tokens.shape[1] - 1, shape)
         return (place(state, mesh, self.state_specs(state.params, shape)),
-                jax.device_put(tokens, NamedSharding(mesh, self.token_spec(shape))))
+                placement.put(tokens, NamedSharding(mesh, self.token_spec(shape))))
 
     def shard_params(self, params: Any, mesh: jax.sharding.Mesh) -> Any:
         """Place weights alone (for ``make_loss_and_grads``)."""

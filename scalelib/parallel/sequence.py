@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from scalelib import compat, model
+from scalelib import compat, model, placement
 from scalelib import transformer_flops as fl
 from scalelib.kernels.flash_attention import finalize_softmax_state, init_softmax_state, online_softmax_update
 from scalelib.parallel import specs
@@ -133,7 +133,7 @@ class SequenceParallel(Scheme):
         spec = P(None, self.axis)  # check_vma=False as in the step, so both run the same body
         f = compat.shard_map(lambda q_, k_, v_: attention_local(q_, k_, v_, self.method, self.axis), mesh=mesh,
                              in_specs=(spec,) * 3, out_specs=spec, check_vma=False)
-        return f(*(jax.device_put(a, NamedSharding(mesh, spec)) for a in (q, k, v)))  # no-op when already placed
+        return f(*(placement.put(a, NamedSharding(mesh, spec)) for a in (q, k, v)))  # no-op when already placed
 
     def local_loss_and_grads(self, cfg: TransformerConfig, mesh_shape: MeshShape) -> LocalFn:
         axis, n_dev = self.axis, mesh_shape[self.axis]

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from scalelib import compat
+from scalelib import compat, placement
 from scalelib.sharded_matmul.plan import MatmulPlan, Step
 
 
@@ -49,7 +49,7 @@ def run_plan(plan: MatmulPlan, a: Any, b: Any, mesh: jax.sharding.Mesh) -> jax.A
                          "reduced output, or stop before the reduction with plan.local_out")
     for s, x in ((plan.a, a), (plan.b, b)):
         s.local_shape(x.shape, mesh)  # clear error when a mesh size does not divide a dim
-    put = lambda x, s: jax.device_put(x, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
+    put = lambda x, s: placement.put(x, jax.sharding.NamedSharding(mesh, s.spec))  # noqa: E731
 
     def body(x: jax.Array, y: jax.Array) -> jax.Array:  # x: A block [I/.., J/..], y: B block [J/.., K/..]
         for step in plan.pre:
