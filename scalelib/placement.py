@@ -17,12 +17,14 @@ import numpy as np
 
 
 def _whole_on_one_cpu(x: Any) -> bool:
-    """A concrete array (not a tracer, not a PRNG key) held whole by a single CPU device."""
-    if not isinstance(x, jax.Array) or isinstance(x, jax.core.Tracer) or jax.dtypes.issubdtype(
-            x.dtype, jax.dtypes.prng_key):
+    """A placed array (not a PRNG key) held whole by a single CPU device; a tracer (inside jit, grad or vmap) is not."""
+    if not isinstance(x, jax.Array) or jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
         return False
-    devices: set[Any] = x.sharding.device_set
-    return len(devices) == 1 and next(iter(devices)).platform == "cpu"
+    try:
+        devices: set[Any] = x.sharding.device_set  # a tracer has no sharding to read (AttributeError)
+        return len(devices) == 1 and next(iter(devices)).platform == "cpu" and x.is_fully_addressable
+    except (AttributeError, jax.errors.ConcretizationTypeError):  # not plainly placed: JAX's own path, always right
+        return False
 
 
 def put(x: Any, sharding: jax.sharding.Sharding) -> Any:

@@ -83,3 +83,6 @@ def test_keys_and_tracers_take_jax_path(mesh):
     want = jax.jit(lambda v: jax.device_put(v * 2, target))(jnp.arange(8.0))
     assert out.sharding == want.sharding
     np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(8.0))
+    auto = NamedSharding(compat.make_mesh((2, 4), ("x", "y"), kind="auto"), P("x"))
+    grads = jax.grad(lambda v: (placement.put(v, auto) ** 2).sum())(jnp.arange(8.0))  # an eager grad's tracer
+    np.testing.assert_array_equal(np.asarray(grads), 2 * np.arange(8.0))

@@ -67,9 +67,16 @@ def _ring_loop():
 
 
 def _collective_matmul():
-    """The AllGather collective matmul over a ring of 8; inputs left unplaced (so a second program places them)."""
+    """The AllGather collective matmul over a ring of 8, its inputs placed by jax.device_put at every call: JAX cuts
+    an array held by one device with a compiled slicing program, a second program in the trace."""
     mesh = compat.make_mesh((1, 8), ("X", "Y"), kind="auto")
-    fn = collective_matmul.on_mesh(mesh, "all_gather", "Y", "X")
+    matmul = collective_matmul.on_mesh(mesh, "all_gather", "Y", "X")
+    lhs, rhs, _ = (NamedSharding(mesh, s.spec) for s in collective_matmul.shardings("all_gather", "Y", "X"))
+
+    def fn(x, w):
+        return matmul(jax.device_put(x, lhs), jax.device_put(w, rhs))
+
+    fn.jitted = matmul.jitted
     return fn, (jnp.ones((16, 64)), jnp.ones((64, 64))), frozenset({frozenset(range(8))}), 1
 
 
