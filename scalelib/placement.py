@@ -5,7 +5,8 @@ spec))``. When ``x`` is a JAX array held whole by one device, JAX cuts the piece
 program, one per shape and split, about 0.1 s of compiling each on a CPU. On the CPU backend (the simulated devices
 of a laptop or Colab) that array already sits in host memory, so :func:`put` hands it to ``device_put`` as a numpy
 view and the pieces are cut by indexing, with nothing to compile: the same values on the same devices. An array on
-an accelerator, one already split over several devices, a PRNG key, or a tracer inside ``jit`` take JAX's own path.
+an accelerator, one already split over several devices, a PRNG key, or a tracer (inside jit, grad or vmap) take
+JAX's own path.
 """
 
 from __future__ import annotations

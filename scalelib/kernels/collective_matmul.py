@@ -184,7 +184,7 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     """``f(x, w) -> x @ w`` computed by the ``kind`` collective matmul over ``mesh`` (shard_map + jit).
 
     x is [B, K] and w [K, N], global. Inputs are placed on the shardings of
-    ``shardings(kind, ring_axis, batch_axis)`` before the jit (``placement.put``) and inside
+    ``shardings(kind, ring_axis, batch_axis)`` with ``placement.put``, before the jit and inside
     ``f.jitted``, so any array (placed or not) may be passed to either; global shapes are checked
     first with a clear error.
     """
@@ -204,14 +204,18 @@ def on_mesh(mesh: jax.sharding.Mesh, kind: Kind, ring_axis: str, batch_axis: str
     body = compat.shard_map(lambda x, w: kernel(x, w, ring_axis, bidirectional, **kw), mesh=mesh,
                             in_specs=(lhs.spec, rhs.spec), out_specs=out.spec, check_vma=kind != "all_reduce")
     in_shardings = tuple(jax.sharding.NamedSharding(mesh, s.spec) for s in (lhs, rhs))
-    jitted = jax.jit(lambda x, w: body(*(jax.device_put(v, s) for v, s in zip((x, w), in_shardings))))
+
+    def place(x: jax.Array, w: jax.Array) -> tuple[jax.Array, ...]:  # under the jit, a resharding
+        return tuple(placement.put(v, s) for v, s in zip((x, w), in_shardings))
+
+    jitted = jax.jit(lambda x, w: body(*place(x, w)))
 
     def run(x: jax.Array, w: jax.Array) -> jax.Array:
         if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[0]:
             raise ValueError(f"expected x [B, K] and w [K, N] with matching K, got {x.shape} and {w.shape}")
         for s, shape in ((lhs, x.shape), (rhs, w.shape), (out, (x.shape[0], w.shape[1]))):
             s.local_shape(shape, mesh)  # says which mesh axis fails to divide which dim
-        return jitted(*(placement.put(v, s) for v, s in zip((x, w), in_shardings)))
+        return jitted(*place(x, w))
 
     run.jitted = jitted  # type: ignore[attr-defined]  # for lowering / compiled-HLO checks
     return run
