@@ -17,15 +17,20 @@ import jax
 import numpy as np
 
 
-def _whole_on_one_cpu(x: Any) -> bool:
-    """A placed array (not a PRNG key) held whole by a single CPU device; a tracer (inside jit, grad or vmap) is not."""
+def _host_view(x: Any) -> np.ndarray | None:
+    """A numpy view of ``x`` if it is a placed array (not a PRNG key) held whole by a single CPU device, else None.
+
+    A tracer (inside jit, grad or vmap) gets None: it has no sharding to read, and should a later JAX give it one,
+    it still cannot become a numpy array, so it takes JAX's own path either way."""
     if not isinstance(x, jax.Array) or jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return False
+        return None
     try:
-        devices: set[Any] = x.sharding.device_set  # a tracer has no sharding to read (AttributeError)
-        return len(devices) == 1 and next(iter(devices)).platform == "cpu" and x.is_fully_addressable
-    except (AttributeError, jax.errors.ConcretizationTypeError):  # not plainly placed: JAX's own path, always right
-        return False
+        devices: set[Any] = x.sharding.device_set
+        if len(devices) == 1 and next(iter(devices)).platform == "cpu" and x.is_fully_addressable:
+            return np.asarray(x)  # a view of the CPU buffer, no copy
+    except (AttributeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        pass  # not plainly placed: JAX's own path, always right
+    return None
 
 
 def put(x: Any, sharding: jax.sharding.Sharding) -> Any:
@@ -34,6 +39,5 @@ def put(x: Any, sharding: jax.sharding.Sharding) -> Any:
     Placing onto a single device, or an array already laid out over several, is exactly ``jax.device_put`` (a no-op
     for an array already placed so).
     """
-    if len(sharding.device_set) > 1 and _whole_on_one_cpu(x):
-        x = np.asarray(x)  # a view of the CPU buffer: device_put slices it on the host
-    return jax.device_put(x, sharding)
+    view = _host_view(x) if len(sharding.device_set) > 1 else None
+    return jax.device_put(x if view is None else view, sharding)  # a view: device_put slices it on the host

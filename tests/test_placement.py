@@ -86,3 +86,22 @@ def test_keys_and_tracers_take_jax_path(mesh):
     auto = NamedSharding(compat.make_mesh((2, 4), ("x", "y"), kind="auto"), P("x"))
     grads = jax.grad(lambda v: (placement.put(v, auto) ** 2).sum())(jnp.arange(8.0))  # an eager grad's tracer
     np.testing.assert_array_equal(np.asarray(grads), 2 * np.arange(8.0))
+
+
+def test_a_tracer_that_claims_a_placement_still_takes_jax_path(mesh):
+    """Should a later JAX give tracers a sharding, put must not try to read one into numpy (it cannot)."""
+    target = NamedSharding(mesh, P("x"))
+    one_cpu = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+
+    def traced(v):
+        y = v * 2
+        with pytest.MonkeyPatch.context() as patch:  # only while put looks: JAX's own code reads these too
+            patch.setattr(type(y), "sharding", property(lambda self: one_cpu), raising=False)
+            patch.setattr(type(y), "is_fully_addressable", property(lambda self: True), raising=False)
+            assert y.sharding is one_cpu  # the tracer claims to be held whole by one CPU device
+            assert placement._host_view(y) is None
+        return placement.put(y, target)
+
+    out = jax.jit(traced)(jnp.arange(8.0))
+    assert out.sharding == jax.jit(lambda v: jax.device_put(v * 2, target))(jnp.arange(8.0)).sharding
+    np.testing.assert_array_equal(np.asarray(out), 2 * np.arange(8.0))
