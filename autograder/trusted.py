@@ -81,12 +81,18 @@ def quiet_thread() -> Iterator[None]:
         _QUIET.on = False
 
 
+_PLOT = "a figure or plot object (never sent to a kernel)"
+
+
+def _is_plot_module(module: str) -> bool:
+    return module == "matplotlib" or module.startswith("matplotlib.")
+
+
 def _binding(name: str, value: Any) -> Binding:
     if isinstance(value, types.ModuleType):
         return Binding(name, "module", module=value.__name__)
-    kind = type(value).__module__ or ""
-    if kind.startswith("matplotlib"):
-        return Binding(name, "unsendable", why="a figure or plot object (never sent to a kernel)")
+    if _is_plot_module(type(value).__module__ or ""):
+        return Binding(name, "unsendable", why=_PLOT)
     try:
         data = pickle.dumps(value, protocol=4)
     except Exception as err:
@@ -94,6 +100,10 @@ def _binding(name: str, value: Any) -> Binding:
     if len(data) > MAX_VALUE_BYTES:
         return Binding(name, "unsendable", why=f"too large to send ({len(data)} bytes)")
     try:
+        # a value holding plot objects (the array of axes plt.subplots returns, the lines ax.plot returns) is one
+        # too: each kernel would import matplotlib and rebuild the whole figure to unpickle it
+        if any(_is_plot_module(module) for module, _ in transfer.pickle_globals(data)):
+            return Binding(name, "unsendable", why=f"a value that holds {_PLOT}")
         refs = frozenset(library_refs(data))
         plain = transfer.dumps(value, transfer.never) if refs else data
         if library_refs(plain):

@@ -85,6 +85,28 @@ def test_demo_values_travel_with_their_class_where_it_can():
     assert b"make_object" not in transfer.dumps(OPS[0], transfer.never)  # no shipper: fields only
 
 
+def test_plot_objects_never_reach_a_kernel_even_inside_a_container():
+    """A figure is never sent to a kernel, nor is a value that holds one: the array of axes ``plt.subplots`` returns
+    carried the whole figure into every kernel of chapters 2, 3, 4, 5, 9 and 10 (up to 0.5 MB, and a matplotlib
+    import and a figure rebuilt in each)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from autograder.trusted import _binding
+
+    fig, axes = plt.subplots(1, 2)  # axes: a numpy array of Axes
+    try:
+        lines = axes[0].plot([0, 1], [1, 0])  # a list of Line2D
+        for name, value in (("fig", fig), ("ax", axes[1]), ("axes", axes), ("lines", lines),
+                            ("held", {"scale": 2.0, "where": (1, axes[1])})):
+            b = _binding(name, value)
+            assert (b.kind, b.data) == ("unsendable", b""), (name, b.kind)
+            assert "figure or plot object (never sent to a kernel)" in b.why, (name, b.why)
+    finally:
+        plt.close(fig)
+    assert _binding("values", {"xs": np.arange(3.0), "chip": hw.TPU_V5E}).kind == "value"
+
+
 def test_a_class_whose_methods_need_more_of_scalelib_does_not_travel():
     """machine.Measurement's methods call roofline.arithmetic_intensity (an answer of chapter 1): it cannot travel
     to a kernel that does not hold it; the message says what to declare."""
