@@ -44,6 +44,31 @@ def test_a_kernel_never_sees_the_suites_compilation_cache(tmp_path, monkeypatch)
     assert not [v for v in env.values() if cache in v]
 
 
+def test_a_kernel_starts_without_ipykernels_debugger(tmp_path):
+    """debugpy, which ipykernel imports at start for its debugger, is about 0.2 CPU-s of every kernel's start, and no
+    grading kernel is debugged: the python3 kernel spec's command runs what ``ipykernel_launcher`` runs with debugpy
+    marked absent (any other command is left as it is), and cells run as before."""
+    from autograder.kernel import _SandboxedKernelManager
+
+    km = _SandboxedKernelManager({}, kernel_name="python3")
+    spec_cmd = km.kernel_spec.argv
+    assert spec_cmd[1:3] == ["-m", "ipykernel_launcher"], spec_cmd
+    cmd = km.format_kernel_cmd()
+    assert cmd[cmd.index("--") + 2] == "-c" and "ipykernel_launcher" not in cmd, cmd
+    km.kernel_spec.argv = [spec_cmd[0], "-m", "my_kernel", "-f", "{connection_file}"]
+    assert "my_kernel" in km.format_kernel_cmd()
+
+    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "")
+    session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
+    try:
+        run = session.run("import sys\nprint(sys.modules['debugpy'], [m for m in sys.modules if 'pydevd' in m],"
+                          " __name__, 'ipykernel.ipkernel' in sys.modules)", timeout=60)
+        assert run.ok, run.error
+        assert session.output[-1] == "None [] __main__ True\n", session.output[-1]
+    finally:
+        session.close()
+
+
 def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
     """Killed at 2 CPU-s, not later, and the student reads why. As PID 1 of its namespace the kernel outlives a
     SIGXCPU: with the limit at (2, 7) it died at the hard limit, near 7 CPU-s."""
