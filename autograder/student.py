@@ -299,33 +299,47 @@ def finish(student: str, cand: submissions.Candidate, plan: align.Plan, out: Out
 
 def grade_student(shared: Shared, student: str, cand: submissions.Candidate, fp: str, log: Path,
                   unrestricted: bool = False) -> StudentResult:
-    """All steps for one student."""
+    """All steps for one student.
+
+    grade.py told the pool that each group of each student would take a kernel (``pool.expect``): a group that
+    does not (an invalid notebook, none of the group's answers in it, the time limit reached first) is
+    forgotten, so the pool does not start a kernel that no one takes."""
     start = time.perf_counter()
     deadline = time.monotonic() + shared.limits.notebook_timeout_s  # reading the notebook counts too
     chapter = shared.chapter
     exercises = list(chapter.exercises)
-    early = screen(chapter.name, student, cand, chapter.max_score, exercises, fp)
-    if early is not None:
-        return early
+    groups = shared.open_groups if unrestricted else shared.groups
+    asked = 0  # groups looked at: each took its kernel, or was forgotten
     try:
-        plan = read_answers(chapter, cand, deadline)
-    except align.AlignTimeout as err:
-        return StudentResult(student, Status.TIMED_OUT, 0.0, chapter.max_score, dict.fromkeys(exercises, 0.0),
-                             time.perf_counter() - start, str(err), cand.shown, fingerprint=fp)
-    if not (set(plan.answers) & set(chapter.exercises)) and cand.chapter is None:
-        return StudentResult(student, Status.WRONG_CHAPTER, 0.0, chapter.max_score, dict.fromkeys(exercises, 0.0),
-                             0.0, "none of this chapter's answers are in it", cand.shown, fingerprint=fp)
-    out = Outcome(exercises, problems=list(plan.problems))
-    for group in shared.open_groups if unrestricted else shared.groups:
-        if time.monotonic() >= deadline:
-            out.worsen(Status.TIMED_OUT)
-            out.note(f"notebook time limit ({shared.limits.notebook_timeout_s:.0f} s) reached")
-            break
-        answered = group.exercises & set(plan.answers)
-        if answered and all(align.as_released(eid, plan, shared.stubs) for eid in answered):
-            for eid in sorted(answered):  # nothing of the student's to run: no kernel
-                out.record(eid, Verdict(0.0, chapter.exercises[eid].points, False, NOT_RUN_STUB))
+        early = screen(chapter.name, student, cand, chapter.max_score, exercises, fp)
+        if early is not None:
+            return early
+        try:
+            plan = read_answers(chapter, cand, deadline)
+        except align.AlignTimeout as err:
+            return StudentResult(student, Status.TIMED_OUT, 0.0, chapter.max_score, dict.fromkeys(exercises, 0.0),
+                                 time.perf_counter() - start, str(err), cand.shown, fingerprint=fp)
+        if not (set(plan.answers) & set(chapter.exercises)) and cand.chapter is None:
+            return StudentResult(student, Status.WRONG_CHAPTER, 0.0, chapter.max_score,
+                                 dict.fromkeys(exercises, 0.0), 0.0, "none of this chapter's answers are in it",
+                                 cand.shown, fingerprint=fp)
+        out = Outcome(exercises, problems=list(plan.problems))
+        for group in groups:
+            if time.monotonic() >= deadline:
+                out.worsen(Status.TIMED_OUT)
+                out.note(f"notebook time limit ({shared.limits.notebook_timeout_s:.0f} s) reached")
+                break
+            asked += 1
+            answered = group.exercises & set(plan.answers)
+            if answered and all(align.as_released(eid, plan, shared.stubs) for eid in answered):
+                for eid in sorted(answered):  # nothing of the student's to run: no kernel
+                    out.record(eid, Verdict(0.0, chapter.exercises[eid].points, False, NOT_RUN_STUB))
+                shared.pool.forget(group.surface.key)
+            elif answered:
+                grade_group(shared, group, plan, out, deadline, log)
+            else:  # none of the group's answers is in the notebook: no kernel either
+                shared.pool.forget(group.surface.key)
+        return finish(student, cand, plan, out, chapter.max_score, time.perf_counter() - start, fp)
+    finally:
+        for group in groups[asked:]:
             shared.pool.forget(group.surface.key)
-        elif answered:
-            grade_group(shared, group, plan, out, deadline, log)
-    return finish(student, cand, plan, out, chapter.max_score, time.perf_counter() - start, fp)
