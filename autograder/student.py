@@ -331,14 +331,13 @@ def grade_student(shared: Shared, student: str, cand: submissions.Candidate, fp:
                 break
             asked += 1
             answered = group.exercises & set(plan.answers)
-            if answered and all(align.as_released(eid, plan, shared.stubs) for eid in answered):
-                for eid in sorted(answered):  # nothing of the student's to run: no kernel
-                    out.record(eid, Verdict(0.0, chapter.exercises[eid].points, False, NOT_RUN_STUB))
-                shared.pool.forget(group.surface.key)
-            elif answered:
+            if answered and not all(align.as_released(eid, plan, shared.stubs) for eid in answered):
                 grade_group(shared, group, plan, out, deadline, log)
-            else:  # none of the group's answers is in the notebook: no kernel either
-                shared.pool.forget(group.surface.key)
+                continue
+            # nothing of the student's to run (every answer is its stub, or none is in the notebook): no kernel
+            for eid in sorted(answered):
+                out.record(eid, Verdict(0.0, chapter.exercises[eid].points, False, NOT_RUN_STUB))
+            shared.pool.forget(group.surface.key)
         return finish(student, cand, plan, out, chapter.max_score, time.perf_counter() - start, fp)
     finally:
         for group in groups[asked:]:

@@ -18,8 +18,7 @@ class Pool:
     """What grade.py's pool hears: one expected kernel per group of each student, consumed by ``take`` or
     ``forget``. Taking one here is a failure: these notebooks must start no kernel."""
 
-    def __init__(self, keys):
-        self.wanted = list(keys)
+    wanted: list[str]  # set by _shared
 
     def forget(self, key):
         self.wanted.remove(key)
@@ -49,8 +48,8 @@ def _candidate(path, invalid=""):
 @pytest.mark.parametrize("notebook", ["invalid", "untouched", "only_one_answer_kept_as_released"])
 def test_a_group_that_takes_no_kernel_is_forgotten(chapter, tmp_path, notebook):
     """An invalid notebook, a released notebook as it was, and one whose other answer cells were deleted: every
-    kernel grade.py announced for this student is forgotten (before this, the pool started one for each group
-    without an answer, or for every group of an invalid notebook, and nobody took them)."""
+    kernel grade.py announced for this student is forgotten (before this, the pool went on expecting one for each
+    group without an answer, and for every group of an invalid notebook)."""
     path = tmp_path / "dana.ipynb"
     if notebook == "invalid":
         path.write_text("{ not json")
@@ -61,7 +60,7 @@ def test_a_group_that_takes_no_kernel_is_forgotten(chapter, tmp_path, notebook):
         answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
         nb.cells = [c for c in nb.cells if c not in answers[1:]]
         nbformat.write(nb, path)
-    pool = Pool([])
+    pool = Pool()
     shared = _shared(chapter, pool, tmp_path)
     cand = _candidate(path, "not a notebook (not JSON)" if notebook == "invalid" else "")  # as submissions finds it
     result = student.grade_student(shared, "dana", cand, "fp", tmp_path / "dana.log")
@@ -74,7 +73,6 @@ def test_a_notebook_with_answers_takes_a_kernel_for_each_group(chapter, tmp_path
     sees a real difference."""
     path = tmp_path / "dana.ipynb"
     nbformat.write(answered(CH), path)
-    shared = _shared(chapter, Pool([]), tmp_path)
+    shared = _shared(chapter, Pool(), tmp_path)
     with pytest.raises(AssertionError, match="a kernel of .* was asked for"):
         student.grade_student(shared, "dana", _candidate(path), "fp", tmp_path / "dana.log")
-
