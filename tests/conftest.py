@@ -1,50 +1,31 @@
 """Test session set-up: 8 simulated CPU devices before anything starts JAX."""
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 
 # Compile time is most of the suite's time: thousands of small programs, each compiled once and run a few times.
-# With LLVM's optimizations off (XLA's backend level 0; its default is 3) XLA:CPU compiles them in about half the
-# time. Only the machine code changes: the optimized HLO, its cost analysis and its memory analysis are XLA's default
-# ones (tests/test_suite_groups.py holds that). Every process the suite starts inherits the flag (launched ranks,
-# notebook kernels, and the grader's sandboxed kernels, which get the grader's XLA flags as its trusted context has
-# them); a student's Run All (tests/test_chapters_student.py) compiles at XLA's defaults, as students do.
-# SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
-FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0",)
+# Two XLA flags make XLA:CPU compile them three to four times faster:
+# * LLVM's optimizations off (XLA's backend level 0; its default is 3): only the machine code changes;
+# * XLA:CPU's older fusion emitters: the ops XLA fuses change, hence what its cost and memory analyses count (the
+#   FLOPs of elementwise work by a few in 10^4, bytes accessed, temp bytes) and the names fused ops get in a trace.
+# What stays is the numerics (within the suite's tolerances), the collectives in the optimized HLO, and the argument and
+# output bytes (tests/test_suite_groups.py holds all of it). So a check that holds a prediction against XLA's cost or
+# memory analysis, or reads a program's fused ops, compiles that program with XLA_DEFAULT_FUSION (``lowered.compile(
+# XLA_DEFAULT_FUSION)``, ``jax.jit(f, compiler_options=XLA_DEFAULT_FUSION)``), which gives exactly what XLA's defaults
+# give. Every process the suite starts inherits the flags (launched ranks, notebook kernels, and the grader's sandboxed
+# kernels, which get the grader's XLA flags as its trusted context has them); a student's Run All
+# (tests/test_chapters_student.py) compiles at XLA's defaults, as students do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the
+# whole suite at defaults.
+FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+XLA_DEFAULT_FUSION = {"xla_cpu_use_fusion_emitters": True}  # compile options: XLA's own default
 AT_XLA_DEFAULTS = os.environ.get("SCALELIB_TEST_XLA_DEFAULTS", "") not in ("", "0")
 if not AT_XLA_DEFAULTS:
     _flags = os.environ.get("XLA_FLAGS", "").split()
     os.environ["XLA_FLAGS"] = " ".join([*(f for f in FAST_COMPILE_XLA_FLAGS if f not in _flags), *_flags])
-
-# The self-check's launches across processes (tests/test_parallel_selfcheck.py, tests/test_cluster.py) also compile with
-# XLA:CPU's older fusion emitters, which compile these steps about twice as fast. That flag does change the optimized
-# HLO (how ops are fused, so the cost analysis's bytes too), which is why nothing else here uses it: those launches
-# compare values with one device and read only the compiled collectives, and tests/test_suite_groups.py holds that
-# the collectives stay the same. Every scheme's collectives at XLA's own fusion are held in one process by
-# tests/test_parallel_schemes.py.
-CROSS_PROCESS_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
-
-
-def cross_process_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """``env`` (default: this process's environment) with CROSS_PROCESS_XLA_FLAGS added to its XLA_FLAGS."""
-    env = dict(os.environ if env is None else env)
-    flags = env.get("XLA_FLAGS", "").split()
-    if not AT_XLA_DEFAULTS:
-        flags += [f for f in CROSS_PROCESS_XLA_FLAGS if f not in flags]
-    return {**env, "XLA_FLAGS": " ".join(flags)}
-
-
-@contextlib.contextmanager
-def cross_process_compiles() -> Iterator[None]:
-    """While inside, this process's environment (what scalelib.launch hands its ranks) has those flags too."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XLA_FLAGS", cross_process_env()["XLA_FLAGS"])
-        yield
 
 
 from scalelib import devices  # noqa: E402

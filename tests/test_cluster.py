@@ -42,7 +42,6 @@ from autograder import course
 from autograder.__main__ import main as autograder_main
 from scalelib import launch
 from scalelib.launch import free_port
-from tests.conftest import cross_process_env
 from tests.notebook_answers import answered
 
 ROOT = course.ROOT
@@ -256,7 +255,7 @@ def _selfcheck_ran(result: subprocess.CompletedProcess, how: str, check: str) ->
 def test_selfcheck_through_srun(slurm):
     cmd = ["srun", "--ntasks=2", "--kill-on-bad-exit=1", sys.executable, "-m", "scalelib.parallel.selfcheck",
            SRUN_CHECK]
-    _selfcheck_ran(run(cmd, cross_process_env(slurm.env), timeout_s=600), "srun", SRUN_CHECK)
+    _selfcheck_ran(run(cmd, slurm.env, timeout_s=600), "srun", SRUN_CHECK)
 
 
 @pytest.mark.sweep
@@ -268,7 +267,7 @@ def test_selfcheck_through_mpirun(tmp_path):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m",
            "scalelib.parallel.selfcheck", MPIRUN_CHECK]
     try:
-        _selfcheck_ran(run(cmd, cross_process_env(env), timeout_s=600), "mpirun", MPIRUN_CHECK)
+        _selfcheck_ran(run(cmd, env, timeout_s=600), "mpirun", MPIRUN_CHECK)
     finally:
         _sweep(token)
 

@@ -30,6 +30,7 @@ from scalelib import transformer_flops as fl
 from scalelib.inference import decode
 from scalelib.inference import step_time as stt
 from tests import test_model
+from tests.conftest import XLA_DEFAULT_FUSION
 from tests.test_model import _tokens
 
 RTOL = ATOL = 1e-5
@@ -102,7 +103,7 @@ def compiled_step():
     cache = decode.init_cache(COST_CFG, COST_B, COST_S)._replace(length=jnp.int32(COST_S // 2))
     token = jnp.zeros((COST_B,), jnp.int32)
     step = jax.jit(decode.decode_step, static_argnums=3, donate_argnums=2)
-    return step.lower(params, token, cache, COST_CFG).compile().cost_analysis()
+    return step.lower(params, token, cache, COST_CFG).compile(XLA_DEFAULT_FUSION).cost_analysis()
 
 
 def test_decode_step_flops_match_xla(compiled_step):

@@ -21,6 +21,7 @@ from scalelib import transformer_flops as fl
 from scalelib import transformer_memory as mem
 from scalelib.kernels import flash_attention
 from scalelib.parallel.cases import FLOPS_CFG
+from tests.conftest import XLA_DEFAULT_FUSION
 
 FLOPS_RTOL = 0.02
 # Matmuls dominate: D = 256, F = 1024, T = 128 (attention scores are small next to 3DF).
@@ -89,7 +90,7 @@ def test_model_rejects_configs_it_cannot_build():
 
 
 def _xla_flops(fn, *args):
-    return jax.jit(fn).lower(*args).compile().cost_analysis()["flops"]
+    return jax.jit(fn).lower(*args).compile(XLA_DEFAULT_FUSION).cost_analysis()["flops"]
 
 
 def test_forward_flops_match_xla():
@@ -141,7 +142,7 @@ def test_activation_memory_against_xla_temp_bytes():
     temp, pred = {}, {}
     for remat in ("none", "dots", "dots_no_batch", "block_inputs", "full"):
         step = jax.value_and_grad(lambda p, x: model.loss(p, x, cfg, remat=remat, scan_layers=True))
-        temp[remat] = jax.jit(step).lower(params, tok).compile().memory_analysis().temp_size_in_bytes
+        temp[remat] = jax.jit(step).lower(params, tok).compile(XLA_DEFAULT_FUSION).memory_analysis().temp_size_in_bytes
         pred[remat] = mem.activation_memory(cfg, b, t, remat, dtype_bytes=4)
     overhead = 4 * 4 * model.param_count(params) + 4 * 4 * b * t * cfg.vocab_size
     for remat, p in pred.items():

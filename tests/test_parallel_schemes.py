@@ -11,7 +11,9 @@ One compiled step per case (``scheme.make_step(..., return_grads=True)``) is che
 
 Everything compiles with ``compat.fast_compiles`` (XLA's HLO passes run, its LLVM ones do not): the
 compiled HLO, its collectives, cost analysis and argument bytes are what a default compile gives;
-only the generated machine code is slower, which these tiny steps do not feel.
+only the generated machine code is slower, which these tiny steps do not feel. The case's step and
+the FLOPs programs compile at XLA's default fusion (tests/conftest.py's ``XLA_DEFAULT_FUSION``): their
+memory and cost analyses are read. The single-device references compile under the suite's flags.
 
 The cases, their models and tolerances are the table of ``scalelib.parallel.cases`` (its docstring
 says why Adam's eps is raised); the comparisons are ``scalelib.parallel.compare``'s, which the
@@ -44,6 +46,7 @@ from scalelib.parallel.sequence import SequenceParallel
 from scalelib.parallel.tensor import TensorParallel
 from scalelib.transformer_memory import activation_memory
 from tests.test_model import FLOPS_RTOL
+from tests.conftest import XLA_DEFAULT_FUSION
 
 STEPS = 3
 BY_ID = {c.id: c for c in TESTED}
@@ -87,7 +90,7 @@ def compiled(case_id: str) -> dict:
     case = BY_ID[case_id]
     mesh, ref = case.mesh, ref_of(case)
     s, t = case.scheme.shard_inputs(ref["state"], ref["tokens"], mesh)
-    step = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile()
+    step = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile(XLA_DEFAULT_FUSION)
     text = step.as_text()
     return {"step": step, "state": s, "tokens": t, "mesh": mesh, "text": text,
             "ops": hlo.collective_ops(text, dict(mesh.shape))}
@@ -234,7 +237,7 @@ def xla_flops(case_id: str) -> float:
     mesh, cfg = case.mesh, case.cfg
     state = train.init_state(jax.random.key(0), cfg)
     s, t = case.scheme.shard_inputs(state, train.batch(jax.random.key(1), cfg, case.batch, case.seq), mesh)
-    return case.scheme.make_step(cfg, mesh, case.hp).lower(s, t).compile().cost_analysis()["flops"]
+    return case.scheme.make_step(cfg, mesh, case.hp).lower(s, t).compile(XLA_DEFAULT_FUSION).cost_analysis()["flops"]
 
 
 def step_flops(case: Case) -> Any:

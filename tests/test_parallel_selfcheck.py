@@ -23,7 +23,6 @@ from scalelib import launch
 from scalelib.hlo import CollectiveOp
 from scalelib.parallel import compare, registry, selfcheck
 from scalelib.parallel.scheme import Collective, Scheme
-from tests.conftest import cross_process_compiles
 
 SMOKE = "data"  # the one scheme the floor suite runs across processes (-m "not sweep")
 SCHEMES = [pytest.param(name, marks=() if name == SMOKE else pytest.mark.sweep) for name in selfcheck.checks()]
@@ -36,8 +35,7 @@ def two_processes(request):
                 if getattr(item, "originalname", None) == "test_scheme_matches_single_device"
                 and item.path == request.path]
     out, err = io.StringIO(), io.StringIO()
-    with cross_process_compiles():
-        result = launch.launch(["-m", "scalelib.parallel.selfcheck", *selected], 2, 4, timeout_s=900, out=out, err=err)
+    result = launch.launch(["-m", "scalelib.parallel.selfcheck", *selected], 2, 4, timeout_s=900, out=out, err=err)
     return result, out.getvalue(), err.getvalue()
 
 
@@ -150,9 +148,8 @@ def test_one_process_runs_the_same_checks(capsys, monkeypatch):
 @pytest.mark.parametrize(("processes", "local", "schemes"), [(4, 2, ["multislice"]), (8, 1, ["multislice"])])
 def test_other_splits_of_8_devices(processes, local, schemes):
     out, err = io.StringIO(), io.StringIO()
-    with cross_process_compiles():
-        result = launch.launch(["-m", "scalelib.parallel.selfcheck", *schemes], processes, local, timeout_s=900,
-                               out=out, err=err)
+    result = launch.launch(["-m", "scalelib.parallel.selfcheck", *schemes], processes, local, timeout_s=900,
+                           out=out, err=err)
     text = out.getvalue()
     assert f"[0] selfcheck on process 0 of {processes} (scalelib.launch): {local} of 8 cpu devices are local" in text
     for scheme in schemes:

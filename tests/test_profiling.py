@@ -9,6 +9,7 @@ from jax.sharding import PartitionSpec as P
 
 from scalelib import collectives, compat, hardware, placement, profiling
 from scalelib.topology import RingAxis, ring_axis
+from tests.conftest import XLA_DEFAULT_FUSION
 
 # ------------------------------------------------------------------ layouts
 
@@ -64,7 +65,8 @@ def test_einsum_estimate_matches_xla_flops_per_device():
     mesh = compat.make_mesh((4, 2), ("X", "Y"), kind="auto")
     x = placement.put(jnp.ones((16, 8, 64)), NamedSharding(mesh, P("X")))
     w = placement.put(jnp.ones((64, 128)), NamedSharding(mesh, P(None, "Y")))
-    f = jax.jit(lambda a, b: jnp.einsum("btd,df->btf", a, b), out_shardings=NamedSharding(mesh, P("X", None, "Y")))
+    f = jax.jit(lambda a, b: jnp.einsum("btd,df->btf", a, b), out_shardings=NamedSharding(mesh, P("X", None, "Y")),
+                compiler_options=XLA_DEFAULT_FUSION)
     assert profiling.program_summary(f, x, w, mesh_shape={"X": 4, "Y": 2}).flops == est.flops_per_device
 
 
@@ -120,7 +122,8 @@ def test_program_summary_lists_collectives_and_heaviest_op():
                             out_specs=P("a", None))
     x = placement.put(jnp.ones((8, 32)), NamedSharding(mesh, P("a", "b")))
     w = placement.put(jnp.ones((32, 16)), NamedSharding(mesh, P("b", None)))
-    s = profiling.program_summary(jax.jit(body), x, w, mesh_shape={"a": 2, "b": 4}, top=3)
+    s = profiling.program_summary(jax.jit(body, compiler_options=XLA_DEFAULT_FUSION), x, w, mesh_shape={"a": 2, "b": 4},
+                                  top=3)
     assert [(c.kind, c.axes) for c in s.collectives] == [("all_reduce", ("b",))]
     assert s.collective_kinds == {"all_reduce": 1}
     assert s.top_ops[0].flops == 2 * 4 * 8 * 16  # local [4, 8] . [8, 16]
@@ -142,7 +145,8 @@ def test_section_10_jit_example_compiles_to_one_all_reduce():
     mesh = compat.make_mesh((2, 2), ("X", "Y"), kind="auto", devices=jax.devices()[:4])
     x = placement.put(jnp.zeros((8, 256), jnp.bfloat16), NamedSharding(mesh, P("X", "Y")))
     w = placement.put(jnp.zeros((256, 512), jnp.bfloat16), NamedSharding(mesh, P("Y", None)))
-    f = jax.jit(lambda a, b: jnp.einsum("bd,df->bf", jnp.square(a), b), out_shardings=NamedSharding(mesh, P("X", None)))
+    f = jax.jit(lambda a, b: jnp.einsum("bd,df->bf", jnp.square(a), b), out_shardings=NamedSharding(mesh, P("X", None)),
+                compiler_options=XLA_DEFAULT_FUSION)
     s = profiling.program_summary(f, x, w, mesh_shape={"X": 2, "Y": 2})
     assert [(c.kind, c.axes) for c in s.collectives] == [("all_reduce", ("Y",))]
     assert s.top_ops[0].flops == 2 * 4 * 128 * 512  # local In [4, 128] . W [128, 512]

@@ -6,6 +6,7 @@ import pytest
 
 from scalelib.profiling.trace import match
 from tests import trace_cases
+from tests.conftest import XLA_DEFAULT_FUSION
 
 
 def test_scopes_drop_the_levels_jax_adds():
@@ -27,7 +28,7 @@ def test_kinds_by_name_cover_both_xla_cpu_namings():
 
 
 def test_matmul_flops_of_the_ops_that_run_add_up_to_xla_cost_analysis():
-    f = jax.jit(lambda a, b, c: jnp.tanh(a @ b) @ c)
+    f = jax.jit(lambda a, b, c: jnp.tanh(a @ b) @ c, compiler_options=XLA_DEFAULT_FUSION)
     args = jnp.ones((32, 48)), jnp.ones((48, 64)), jnp.ones((64, 16))  # [M, K], [K, N], [N, P]
     compiled = f.lower(*args).compile()
     analysis = compiled.cost_analysis()

@@ -29,6 +29,7 @@ from scalelib.inference import replica_memory
 from scalelib.inference import step_time as stt
 from scalelib.serving import paged
 from tests.serving_common import CFG, fast_compiles, no_block_leaks, params  # noqa: F401
+from tests.conftest import XLA_DEFAULT_FUSION
 
 RTOL = ATOL = 1e-5
 FLOPS_RTOL = 0.02
@@ -97,7 +98,7 @@ def decode_cost():
     kv = jax.eval_shape(lambda: paged.init_pool(COST_CFG, num_blocks, COST_BS))
     shapes = [(COST_B,)] * 4 + [(COST_B, width), (COST_B,)]
     inp = paged.StepInput(*(jax.ShapeDtypeStruct(s, jnp.int32) for s in shapes))
-    cost = paged.forward_jit.lower(abstract_params, kv, inp, COST_CFG).compile().cost_analysis()
+    cost = paged.forward_jit.lower(abstract_params, kv, inp, COST_CFG).compile(XLA_DEFAULT_FUSION).cost_analysis()
     pool_bytes = sum(a.size * a.dtype.itemsize for a in kv.k + kv.v)
     return cost, pool_bytes
 

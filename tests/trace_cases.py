@@ -1,7 +1,8 @@
 """Traces shared by the scalelib.profiling.trace tests: a few tiny sharded programs, captured once per process.
 
 Each case is a program on the 8 simulated CPU devices of the test session, with what the tests
-need to hold its trace against: its compiled HLO, its mesh, and how many times its loop runs.
+need to hold its trace against: its compiled HLO, its mesh, and how many times its loop runs. Each is
+compiled at XLA's default fusion (tests/conftest.py): the tests read its fused ops and their names.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from scalelib import compat
 from scalelib.kernels import collective_matmul
 from scalelib.profiling import trace
 from scalelib.profiling.trace import synthetic
+from tests.conftest import XLA_DEFAULT_FUSION
 
 STEPS = 3
 TPU_MODULE = "jit_step"
@@ -45,7 +47,7 @@ def _ffw():
     x = jax.device_put(jnp.ones((32, 64)), NamedSharding(mesh, P("X", "Y")))  # [B, D]
     w_in = jax.device_put(jnp.ones((64, 128)) / 64, NamedSharding(mesh, P(None, "Y")))  # [D, F]
     w_out = jax.device_put(jnp.ones((128, 64)) / 128, NamedSharding(mesh, P("Y", None)))  # [F, D]
-    fn = jax.jit(ffw, out_shardings=NamedSharding(mesh, P("X", None)))
+    fn = jax.jit(ffw, out_shardings=NamedSharding(mesh, P("X", None)), compiler_options=XLA_DEFAULT_FUSION)
     rows = [frozenset(int(d.id) for d in row) for row in mesh.devices]
     return fn, (x, w_in, w_out), frozenset(rows), 1
 
@@ -60,7 +62,8 @@ def _ring_loop():
                 return jax.lax.ppermute(jnp.tanh(x @ w), "ring", [(j, (j + 1) % 8) for j in range(8)])
         return jax.lax.fori_loop(0, 3, trip, x)
 
-    fn = jax.jit(compat.shard_map(body, mesh=mesh, in_specs=(P("ring"), P()), out_specs=P("ring")))
+    fn = jax.jit(compat.shard_map(body, mesh=mesh, in_specs=(P("ring"), P()), out_specs=P("ring")),
+                 compiler_options=XLA_DEFAULT_FUSION)
     x = jax.device_put(jnp.ones((64, 32)), NamedSharding(mesh, P("ring")))  # [8 x 8 rows, D]
     w = jax.device_put(jnp.eye(32), NamedSharding(mesh, P()))  # [D, D]
     return fn, (x, w), frozenset({frozenset(range(8))}), 3
@@ -73,10 +76,12 @@ def _collective_matmul():
     matmul = collective_matmul.on_mesh(mesh, "all_gather", "Y", "X")
     lhs, rhs, _ = (NamedSharding(mesh, s.spec) for s in collective_matmul.shardings("all_gather", "Y", "X"))
 
-    def fn(x, w):
-        return matmul(jax.device_put(x, lhs), jax.device_put(w, rhs))
+    jitted = jax.jit(matmul.jitted, compiler_options=XLA_DEFAULT_FUSION)  # the library's one program
 
-    fn.jitted = matmul.jitted
+    def fn(x, w):
+        return jitted(jax.device_put(x, lhs), jax.device_put(w, rhs))
+
+    fn.jitted = jitted
     return fn, (jnp.ones((16, 64)), jnp.ones((64, 64))), frozenset({frozenset(range(8))}), 1
 
 
@@ -84,7 +89,7 @@ def _reduce_scatter():
     """psum_scatter over the 4-device axis of a 2x4 mesh inside shard_map."""
     mesh = compat.make_mesh((2, 4), ("X", "Y"), kind="auto")
     fn = jax.jit(compat.shard_map(lambda a: jax.lax.psum_scatter(a * 2.0, "Y", tiled=True), mesh=mesh,
-                                  in_specs=P("X"), out_specs=P("X", "Y")))
+                                  in_specs=P("X"), out_specs=P("X", "Y")), compiler_options=XLA_DEFAULT_FUSION)
     a = jax.device_put(jnp.ones((8, 32)), NamedSharding(mesh, P("X")))  # [B, D] -> each device [B/X, D]
     rows = [frozenset(int(d.id) for d in row) for row in mesh.devices]
     return fn, (a,), frozenset(rows), 1
