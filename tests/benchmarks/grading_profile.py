@@ -78,8 +78,10 @@ def _timed(phases: dict[str, list[float]]) -> Iterator[None]:
 
 
 def report(chapter: str) -> None:
+    import tests.conftest  # noqa: F401  # the suite's settings: its XLA flags, 8 devices (before JAX starts)
     from tests.test_grading_chapters import write_class
 
+    print(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}")
     phases: dict[str, list[float]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp:
         subs = Path(tmp) / "subs"
