@@ -3,8 +3,6 @@
 import os
 from collections.abc import Callable
 
-import pytest
-
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 
 # Compile time is most of the suite's time: thousands of small programs, each compiled once and run a few times.
