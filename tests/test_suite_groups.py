@@ -47,13 +47,15 @@ def test_every_named_file_exists():
 @pytest.mark.skipif(AT_XLA_DEFAULTS, reason="run at XLA's defaults")
 def test_the_suite_compiles_with_its_fast_flags():
     assert set(FAST_COMPILE_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())  # inherited by what the suite starts
-    assert FAST_COMPILE_XLA_FLAGS == ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+    assert FAST_COMPILE_XLA_FLAGS == ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
+                                      "--xla_cpu_use_fusion_emitters=false")
 
 
 def test_the_fast_flags_keep_what_checks_read_and_default_fusion_restores_the_rest():
     """Here for a tensor-parallel training step (collectives, fusions, a scan over layers), under the suite's
     XLA_FLAGS. The suite's own compiles keep the collectives of the optimized HLO and the argument and output bytes
-    of XLA's defaults (LLVM level 3, the default fusion emitters): what the numerics and collective checks read.
+    of XLA's defaults (LLVM level 3, code generated in 32 parts, the default fusion emitters): what the numerics and
+    collective checks read; generating the code in one part changes nothing they read.
     They change the fusions, so the FLOPs of elementwise work, bytes accessed and temp bytes; a compile with
     XLA_DEFAULT_FUSION gives XLA's defaults exactly (its HLO, cost and memory analyses), and the checks of those
     read such compiles."""
@@ -77,12 +79,14 @@ def test_the_fast_flags_keep_what_checks_read_and_default_fusion_restores_the_re
                 "temp": memory.temp_size_in_bytes, "arguments": memory.argument_size_in_bytes,
                 "outputs": memory.output_size_in_bytes}
 
-    defaults = read({"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True})
+    defaults = read({"xla_backend_optimization_level": 3, "xla_cpu_parallel_codegen_split_count": 32,
+                     "xla_cpu_use_fusion_emitters": True})
     assert read(XLA_DEFAULT_FUSION) == defaults
     suite = read(None)
     shape = dict(mesh.shape)
     assert hlo.collective_ops(suite["hlo"], shape) == hlo.collective_ops(defaults["hlo"], shape) != []
     assert (suite["arguments"], suite["outputs"]) == (defaults["arguments"], defaults["outputs"])
+    assert read({"xla_cpu_parallel_codegen_split_count": 32}) == suite
     if not AT_XLA_DEFAULTS:  # the fusion flag is read: other fusions, other counts
         assert suite["hlo"] != defaults["hlo"] and suite["bytes accessed"] != defaults["bytes accessed"]
     with pytest.raises(Exception, match="xla_backend_optimization_levels"):  # the options are read, not ignored
