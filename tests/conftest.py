@@ -17,10 +17,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 # output bytes (tests/test_suite_groups.py holds all of it). So a check that holds a prediction against XLA's cost or
 # memory analysis, or reads a program's fused ops, compiles that program with XLA_DEFAULT_FUSION (``lowered.compile(
 # XLA_DEFAULT_FUSION)``, ``jax.jit(f, compiler_options=XLA_DEFAULT_FUSION)``), which gives exactly what XLA's defaults
-# give. Every process the suite starts inherits the flags (launched ranks, notebook kernels, and the grader's sandboxed
-# kernels, which get the grader's XLA flags as its trusted context has them); a student's Run All
-# (tests/test_chapters_student.py) compiles at XLA's defaults, as students do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the
-# whole suite at defaults.
+# give (tests/test_suite_groups.py fails for a test module that reads an analysis and never uses it). Every process the
+# suite starts inherits the flags (launched ranks, notebook kernels, and the grader's sandboxed kernels, which get the
+# grader's XLA flags as its trusted context has them); a student's Run All (tests/test_chapters_student.py) compiles at
+# XLA's defaults, as students do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
                           "--xla_cpu_use_fusion_emitters=false")
 XLA_DEFAULT_FUSION = {"xla_cpu_use_fusion_emitters": True}  # compile options: XLA's own default

@@ -1,6 +1,7 @@
 """tests/conftest.py: how the suite is split between its workers, and the compile flags it runs under."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -91,6 +92,27 @@ def test_the_fast_flags_keep_what_checks_read_and_default_fusion_restores_the_re
         assert suite["hlo"] != defaults["hlo"] and suite["bytes accessed"] != defaults["bytes accessed"]
     with pytest.raises(Exception, match="xla_backend_optimization_levels"):  # the options are read, not ignored
         lowered.compile(compiler_options={"xla_backend_optimization_levels": 0})
+
+
+# Test modules that read a compiled program's cost or memory analysis (directly, or through scalelib's
+# program_summary and xla_flops) and need no default-fusion compile: each compares compiles made under the same flags.
+SAME_FLAGS_READERS = {
+    "test_compat.py": "compat.fast_compiles against no fast_compiles, both under the suite's XLA flags",
+}
+READS_ANALYSES = re.compile(r"program_summary\(|xla_flops\(|\.(cost|memory)_analysis\(")
+
+
+def test_every_module_that_reads_what_fusion_decides_compiles_at_default_fusion():
+    """The rule of conftest's XLA_DEFAULT_FUSION, for the next module that reads an analysis: it must use
+    XLA_DEFAULT_FUSION somewhere, or be listed above with the reason it does not need to. (Within a module, which
+    compile reads what is left to its review.)"""
+    readers = {p.name for p in TESTS.glob("*.py") if p.name != "conftest.py" and READS_ANALYSES.search(p.read_text())}
+    assert "test_model.py" in readers and "test_parallel_schemes.py" in readers  # the pattern still finds them
+    missing = {name for name in readers - set(SAME_FLAGS_READERS)
+               if "XLA_DEFAULT_FUSION" not in (TESTS / name).read_text()}
+    assert missing == set(), (f"{sorted(missing)} read XLA's cost or memory analysis without compiling at "
+                              "XLA_DEFAULT_FUSION (tests/conftest.py says why and how)")
+    assert set(SAME_FLAGS_READERS) <= readers  # an entry that no longer reads anything is removed
 
 
 def test_no_process_of_the_suite_or_the_grader_builds_the_iri_parsers():
