@@ -106,10 +106,10 @@ def test_every_module_that_reads_what_fusion_decides_compiles_at_default_fusion(
     """The rule of conftest's XLA_DEFAULT_FUSION, for the next module that reads an analysis: it must use
     XLA_DEFAULT_FUSION somewhere, or be listed above with the reason it does not need to. (Within a module, which
     compile reads what is left to its review.)"""
-    readers = {p.name for p in TESTS.glob("*.py") if p.name != "conftest.py" and READS_ANALYSES.search(p.read_text())}
+    texts = {p.name: p.read_text() for p in TESTS.glob("*.py") if p.name != "conftest.py"}
+    readers = {name for name, text in texts.items() if READS_ANALYSES.search(text)}
     assert "test_model.py" in readers and "test_parallel_schemes.py" in readers  # the pattern still finds them
-    missing = {name for name in readers - set(SAME_FLAGS_READERS)
-               if "XLA_DEFAULT_FUSION" not in (TESTS / name).read_text()}
+    missing = {name for name in readers - set(SAME_FLAGS_READERS) if "XLA_DEFAULT_FUSION" not in texts[name]}
     assert missing == set(), (f"{sorted(missing)} read XLA's cost or memory analysis without compiling at "
                               "XLA_DEFAULT_FUSION (tests/conftest.py says why and how)")
     assert set(SAME_FLAGS_READERS) <= readers  # an entry that no longer reads anything is removed
