@@ -11,9 +11,14 @@ One compiled step per case (``scheme.make_step(..., return_grads=True)``) is che
 
 Everything compiles with ``compat.fast_compiles`` (XLA's HLO passes run, its LLVM ones do not): the
 compiled HLO, its collectives, cost analysis and argument bytes are what a default compile gives;
-only the generated machine code is slower, which these tiny steps do not feel. The case's step and
-the FLOPs programs compile at XLA's default fusion (tests/conftest.py's ``XLA_DEFAULT_FUSION``): their
-memory and cost analyses are read. The single-device references compile under the suite's flags.
+only the generated machine code is slower, which these tiny steps do not feel. The FLOPs programs
+compile at XLA's default fusion (tests/conftest.py's ``XLA_DEFAULT_FUSION``): their cost analysis is held
+against a prediction. The case's steps and the single-device references compile under the suite's flags.
+What the case's checks read is then what XLA's defaults give (collectives, argument and output bytes;
+tests/test_suite_groups.py holds them), except temp bytes, which the suite's fusion moves a little and which
+are held under a bound, not against a prediction. Measured on the 15 cases: the suite's flags moved their temp
+bytes by 512 bytes at most, the bound was 1.5 times them or more, and their compiles took 22 CPU-s against 77
+at default fusion.
 
 The cases, their models and tolerances are the table of ``scalelib.parallel.cases`` (its docstring
 says why Adam's eps is raised); the comparisons are ``scalelib.parallel.compare``'s, which the
@@ -90,7 +95,7 @@ def compiled(case_id: str) -> dict:
     case = BY_ID[case_id]
     mesh, ref = case.mesh, ref_of(case)
     s, t = case.scheme.shard_inputs(ref["state"], ref["tokens"], mesh)
-    step = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile(XLA_DEFAULT_FUSION)
+    step = case.scheme.make_step(case.cfg, mesh, case.hp, return_grads=True).lower(s, t).compile()
     text = step.as_text()
     return {"step": step, "state": s, "tokens": t, "mesh": mesh, "text": text,
             "ops": hlo.collective_ops(text, dict(mesh.shape))}

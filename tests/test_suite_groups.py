@@ -57,9 +57,9 @@ def test_the_fast_flags_keep_what_checks_read_and_default_fusion_restores_the_re
     XLA_FLAGS. The suite's own compiles keep the collectives of the optimized HLO and the argument and output bytes
     of XLA's defaults (LLVM level 3, code generated in 32 parts, the default fusion emitters): what the numerics and
     collective checks read; generating the code in one part changes nothing they read.
-    They change the fusions, so the FLOPs of elementwise work, bytes accessed and temp bytes; a compile with
-    XLA_DEFAULT_FUSION gives XLA's defaults exactly (its HLO, cost and memory analyses), and the checks of those
-    read such compiles."""
+    They change the fusions, so the FLOPs of elementwise work, bytes accessed and temp bytes (by under 1 %); a compile
+    with XLA_DEFAULT_FUSION gives XLA's defaults exactly (its HLO, cost and memory analyses), and the checks that
+    hold a prediction against those read such compiles."""
     import jax
 
     from scalelib import compat, hlo, model, train
@@ -87,6 +87,8 @@ def test_the_fast_flags_keep_what_checks_read_and_default_fusion_restores_the_re
     shape = dict(mesh.shape)
     assert hlo.collective_ops(suite["hlo"], shape) == hlo.collective_ops(defaults["hlo"], shape) != []
     assert (suite["arguments"], suite["outputs"]) == (defaults["arguments"], defaults["outputs"])
+    # temp bytes move a little (test_parallel_schemes holds its cases' under a bound at the suite's flags)
+    assert abs(suite["temp"] - defaults["temp"]) <= 0.01 * defaults["temp"]
     assert read({"xla_cpu_parallel_codegen_split_count": 32}) == suite
     if not AT_XLA_DEFAULTS:  # the fusion flag is read: other fusions, other counts
         assert suite["hlo"] != defaults["hlo"] and suite["bytes accessed"] != defaults["bytes accessed"]
