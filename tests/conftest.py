@@ -19,11 +19,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 # XLA_DEFAULT_FUSION)``, ``jax.jit(f, compiler_options=XLA_DEFAULT_FUSION)``), which gives exactly what XLA's defaults
 # give (tests/test_suite_groups.py fails for a test module that reads an analysis and never uses it). A bound with room
 # to spare need not: test_parallel_schemes holds its case steps' temp bytes under one at the suite's flags, which move
-# them a little (by 512 bytes at most there; by under 1 % on test_suite_groups' step, which it asserts) and compile
-# those steps in 22 CPU-s instead of 77 (20 instead of 50 on the floor JAX). Every process the
-# suite starts inherits the flags (launched ranks, notebook kernels, and the grader's sandboxed kernels, which get the
-# grader's XLA flags as its trusted context has them); a student's Run All (tests/test_chapters_student.py) compiles at
-# XLA's defaults, as students do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the whole suite at defaults.
+# them by under 1 % (test_suite_groups asserts it; the module's docstring has what it measured and saves). Every
+# process the suite starts inherits the flags (launched ranks, notebook kernels, and the grader's sandboxed kernels,
+# which get the grader's XLA flags as its trusted context has them); a student's Run All
+# (tests/test_chapters_student.py) compiles at XLA's defaults, as students do. SCALELIB_TEST_XLA_DEFAULTS=1 runs the
+# whole suite at defaults.
 FAST_COMPILE_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
                           "--xla_cpu_use_fusion_emitters=false")
 XLA_DEFAULT_FUSION = {"xla_cpu_use_fusion_emitters": True}  # compile options: XLA's own default
