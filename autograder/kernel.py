@@ -21,7 +21,7 @@ from typing import Any
 import zmq
 from jupyter_client.manager import KernelManager
 
-from autograder import cgroups, inkernel, sandbox
+from autograder import cgroups, inkernel, sandbox, zygote
 
 SANDBOX_TEARDOWN_S = 30.0  # how long closing waits for a launcher to reap a namespace its sandbox killed
 
@@ -94,6 +94,9 @@ class _SandboxedKernelManager(KernelManager):
         cmd = super().format_kernel_cmd(extra_arguments)
         if cmd[1:3] == ["-m", "ipykernel_launcher"]:  # the python3 kernel spec's own command
             cmd = [cmd[0], "-c", _KERNEL_MAIN, *cmd[3:]]
+            # started by the fork server where it can (same sandbox, without importing ipykernel and JAX again)
+            if self._sandbox_cfg.get("isolate") and cmd[0] == sys.executable and (server := zygote.address()):
+                return zygote.relay_cmd(server, [json.dumps(self._sandbox_cfg), "--", *cmd])
         return [sys.executable, "-m", "autograder.sandbox", json.dumps(self._sandbox_cfg), "--", *cmd]
 
 
@@ -117,6 +120,7 @@ def kernel_env(scratch: Path, devices: int = 8) -> dict[str, str]:
         "JUPYTER_RUNTIME_DIR": f"{s}/.runtime", "JUPYTER_PLATFORM_DIRS": "1", "PYTHONNOUSERSITE": "1",
         "LANG": "C.UTF-8", "JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1", "TMPDIR": "/tmp",
         "MPLBACKEND": "Agg",  # figures are never shown to the grader: do not render them (see inkernel.install)
+        "OPENBLAS_NUM_THREADS": "1",  # kernels run side by side; and the fork server must fork with one thread
     }
 
 

@@ -22,7 +22,8 @@ What it does, in this order (Linux, no root needed where unprivileged user names
    (:func:`kernel_ids`; another one per kernel); otherwise it is the grader's own uid. A user namespace of its
    own (mapping only that uid) is limited to holding one more: a second user+mount namespace on top, which
    locks every mount (read-only stays read-only, the old root cannot be re-exposed), in which the kernel is
-   ``exec``'d; the kernel can make no namespace of its own (no mount, no cgroup namespace, no /proc). The
+   ``exec``'d (or, for a launcher forked by :mod:`autograder.zygote`, run in that process once every other
+   descriptor is closed); the kernel can make no namespace of its own (no mount, no cgroup namespace, no /proc). The
    kernel talks to the grader over Unix sockets in its scratch folder, which the grader reaches through
    ``/proc/PID/root``; there is no network (only a down loopback).
 
@@ -43,6 +44,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -632,7 +634,7 @@ class _Disk:
 
 
 def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cgroups.MemoryGroup | None = None,
-           poll_s: float = 0.1) -> int | None:
+           poll_s: float = 0.1, relay: int | None = None) -> int | None:
     """Wait for the sandbox (``child``, whose child ``kernel`` is PID 1 of its namespace); kill it past
     ``max_procs`` processes, once its disk is full, or, where no memory cgroup limits the sandbox, past its
     memory limit in resident memory of all its processes. Say each memory-cgroup OOM kill as it happens.
@@ -643,6 +645,8 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
     namespace of a hundred copies of a kernel that imported JAX takes seconds to die (longer than a cell's time
     limit on a loaded machine), and the grader reads the note instead of waiting for this launcher to exit.
     The kernel's pid goes to its note once its root is built (the grader reaches its sockets through it).
+    ``relay``: the socket of a fork server's relay (:mod:`autograder.zygote`), which stands for this launcher in
+    the grader: b"I" interrupts the sandbox's process group, b"K" or the socket's end kills the sandbox.
     """
     scratch = Path(cfg["scratch"])
     max_procs = int(cfg.get("max_procs", 128))
@@ -671,6 +675,20 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
                   f"stopped a process ({ooms} so far)", file=sys.stderr, flush=True)
         if done:
             return status
+        if relay is not None and select.select([relay], [], [], 0)[0]:
+            try:
+                said = os.read(relay, 64)
+            except OSError:
+                said = b""
+            if b"I" in said:
+                with contextlib.suppress(OSError):  # the launcher and the sandbox's first process ignore it
+                    os.killpg(0, signal.SIGINT)
+            if not said or b"K" in said:
+                relay = None
+                if not killed:
+                    with contextlib.suppress(OSError):
+                        os.kill(kernel or child, signal.SIGKILL)
+                    killed = True
         if disk is not None and not announced and disk.ready():
             with contextlib.suppress(OSError):
                 atomic_write(kernel_note(scratch), str(kernel))
@@ -705,10 +723,10 @@ def _memory_group(cfg: dict) -> cgroups.MemoryGroup | None:
 
 
 def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup | None, err_fd: int,
-             pid_fd: int) -> None:
+             pid_fd: int, become: Callable[[list[str]], None] | None = None) -> None:
     """The launcher's child: joins the memory cgroup, drops to the kernel's uid, makes the namespaces and forks
-    their PID 1 (which builds the root and becomes the kernel), tells the launcher its pid, and waits for it.
-    Never returns."""
+    their PID 1 (which builds the root and becomes the kernel: ``become(cmd)`` runs it in that process where it
+    can, else ``cmd`` is ``exec``'d), tells the launcher its pid, and waits for it. Never returns."""
     try:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if group is not None:
@@ -729,6 +747,8 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
             os.close(held)
             try:
                 _enter(cfg, plan, lifeline)
+                if become is not None:
+                    become(cmd)
                 os.execvp(cmd[0], cmd)
             except OSError as err:  # the file it concerns, if any, is part of its text
                 print(f"sandbox: {err}", file=sys.stderr, flush=True)
@@ -759,7 +779,9 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
         os._exit(70)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], relay: int | None = None, become: Callable[[list[str]], None] | None = None) -> int:
+    """``python -m autograder.sandbox CONFIG_JSON -- CMD...``; the fork server (:mod:`autograder.zygote`) calls it
+    in a forked child with its relay's socket and a ``become`` that runs the kernel without an ``exec``."""
     cfg = json.loads(argv[0])
     cmd = argv[argv.index("--") + 1:]
     scratch = Path(cfg["scratch"])
@@ -769,6 +791,8 @@ def main(argv: list[str]) -> int:
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     _limits(cfg)
     if not cfg.get("isolate", True):
+        if relay is not None:
+            raise ValueError("the fork server starts sandboxed kernels only")
         os.execvp(cmd[0], cmd)
     group = _memory_group(cfg)
     if group is not None:
@@ -782,14 +806,16 @@ def main(argv: list[str]) -> int:
     if child == 0:
         os.close(read_end)
         os.close(pid_read)
-        _sandbox(cfg, cmd, plan, group, write_end, pid_write)
+        if relay is not None:
+            os.close(relay)  # the relay sees its end once the launcher is gone, whoever else lives
+        _sandbox(cfg, cmd, plan, group, write_end, pid_write, become)
     os.close(write_end)
     os.close(pid_write)
     tap = _StderrTap(read_end)
     with os.fdopen(pid_read, "rb") as said:
         told = said.read(32)  # the kernel's pid, or nothing if the sandbox could not be made
     kernel = int(told) if told.strip().isdigit() else 0
-    status = _watch(child, kernel, cfg, tap, group)
+    status = _watch(child, kernel, cfg, tap, group, relay=relay)
     tap.close()
     kernel_note(scratch).unlink(missing_ok=True)
     if group is not None:
