@@ -15,6 +15,12 @@ from autograder.kernel import KernelSession, Limits
 pytestmark = [pytest.mark.grading,
               pytest.mark.skipif(sandbox.available() != "", reason="the fork server serves sandboxed kernels only")]
 
+
+@pytest.fixture(autouse=True)
+def _server_on(monkeypatch):
+    """These tests are about the server: on, whatever the run's setting (AUTOGRADER_FORK_SERVER=0 turns it off)."""
+    monkeypatch.delenv("AUTOGRADER_FORK_SERVER", raising=False)
+
 # What a kernel reports about itself: everything that could differ between a forked kernel and a fresh one.
 PROBE = """
 import json, os, sys
