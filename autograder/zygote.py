@@ -201,6 +201,13 @@ def serve(path: str, lifeline: int) -> None:
     listener.bind(path)
     listener.listen(64)
     os.write(1, _READY)
+    try:
+        _accept(listener, lifeline)
+    finally:  # its folder goes with it, also when the grader died without stopping it
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+
+
+def _accept(listener: socket.socket, lifeline: int) -> None:
     while True:
         ready = select.select([listener.fileno(), lifeline], [], [], 1.0)[0]
         with contextlib.suppress(ChildProcessError):

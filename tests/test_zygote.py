@@ -107,7 +107,8 @@ def test_an_interrupt_and_a_kill_reach_the_sandbox_through_the_relay(tmp_path):
 
 
 def test_the_server_stops_with_its_grader(tmp_path):
-    """Killed outright, the grader's server sees its lifeline close and exits (its launchers die with it)."""
+    """Killed outright, the grader's server sees its lifeline close, removes its folder and exits (its launchers die
+    with it)."""
     code = ("import sys\nfrom autograder import zygote\nprint(zygote.address(), zygote._server.proc.pid, flush=True)\n"
             "import time\ntime.sleep(600)\n")
     grader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -119,9 +120,9 @@ def test_the_server_stops_with_its_grader(tmp_path):
         grader.wait()
         grader.stdout.close()
     deadline = time.monotonic() + 10
-    while _running(pid) and time.monotonic() < deadline:
+    while (_running(pid) or os.path.exists(os.path.dirname(path))) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _running(pid)
+    assert not _running(pid) and not os.path.exists(os.path.dirname(path))  # nor its socket's folder
 
 
 def _running(pid) -> bool:

@@ -6,9 +6,10 @@ it ran and how long it took, and the CPU the whole machine and the grader's own 
 
 * the trusted context: the instructor's notebook run once in the grader (autograder.trusted), on the critical
   path of every student whose replay needs its values;
-* kernel starts (autograder.kernel.KernelSession: a sandbox, an interpreter, ipykernel, the grader's helper), one
+* kernel starts (autograder.kernel.KernelSession: a sandbox, ipykernel's start, the grader's helper), one
   per student per group of exercises that share a surface;
-* ``bind`` steps (the set-up's values unpickled in a kernel; the first one in each kernel imports JAX there),
+* ``bind`` steps (the set-up's values unpickled in a kernel; JAX is there already: kernels are forked from a
+  server that imported it, see autograder/zygote.py),
   the student's cells and the judge's calls into the kernel, and the judge's tests (run in the grader).
 
 The wall times of phases that overlap (threads, the warm pool) add up to more than the run's wall time. Nothing
