@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
 import json
 import os
 import resource
@@ -36,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,11 +97,8 @@ def relay_cmd(path: str, launcher_argv: list[str]) -> list[str]:
 class _Server:
     proc: subprocess.Popen
     folder: str
+    path: str  # its socket, in ``folder``
     lifeline: int  # the write end: the server exits once every copy is closed (this process exited or stopped it)
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.folder, "s")
 
 
 _lock = threading.Lock()
@@ -136,10 +136,11 @@ def _start(wait_s: float = 120.0) -> _Server:
     from autograder.kernel import kernel_env
 
     folder = tempfile.mkdtemp(prefix="grader-forks-")
+    path = os.path.join(folder, "s")
     read_end, write_end = os.pipe()
     env = kernel_env(Path(folder, "no-kernel-here"))  # every kernel's variables; each kernel gets its own values
     try:
-        proc = subprocess.Popen([sys.executable, "-c", _SERVER_MAIN, os.path.join(folder, "s"), str(read_end)],
+        proc = subprocess.Popen([sys.executable, "-c", _SERVER_MAIN, path, str(read_end)],
                                 pass_fds=[read_end], env=env, cwd="/", stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, start_new_session=True)
     except BaseException:
@@ -148,7 +149,7 @@ def _start(wait_s: float = 120.0) -> _Server:
         raise
     finally:
         os.close(read_end)
-    server = _Server(proc, folder, write_end)
+    server = _Server(proc, folder, path, write_end)
     assert proc.stdout is not None
     if not select.select([proc.stdout.fileno()], [], [], wait_s)[0] or proc.stdout.readline() != _READY:
         _stop(server)
@@ -187,8 +188,6 @@ def stop() -> None:
 
 def serve(path: str, lifeline: int) -> None:
     """The server's loop: preload, then fork a launcher per connection until ``lifeline`` reads EOF."""
-    import importlib
-
     sys.modules["debugpy"] = None  # type: ignore[assignment]  # as the kernel's own command does (kernel.py)
     for name in PRELOAD:
         importlib.import_module(name)
@@ -291,11 +290,6 @@ def _become_kernel(cmd: list[str]) -> None:
     room = resource.getrlimit(resource.RLIMIT_AS)[0]
     if room != resource.RLIM_INFINITY and room < _address_space_bytes() + HEADROOM_BYTES:
         return  # a small address-space limit: a fresh interpreter starts far smaller than what the server imported
-    import atexit
-    import importlib
-    import traceback
-    import types
-
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # nothing of the server's or the launcher's reaches the kernel
     for name in [m for m in sys.modules if m == "autograder" or m.startswith("autograder.")]:
         del sys.modules[name]
