@@ -101,9 +101,7 @@ def ensure_env(env: Env, extra: str, pinned: bool, verbose: bool = False) -> Non
         return
     name = env.path.relative_to(ROOT)
     quiet = [] if verbose else ["-q"]
-    if not env.python.exists():
-        print(f"[1/3] creating {name} (once; later runs reuse it)", flush=True)
-        venv.EnvBuilder(with_pip=True).create(env.path)
+    create_env(env)
     if pinned:
         install_pinned(env, extra, name)
     else:
@@ -113,6 +111,16 @@ def ensure_env(env: Env, extra: str, pinned: bool, verbose: bool = False) -> Non
               "two; again only when pyproject.toml changes)", flush=True)
         run([env.python, "-m", "pip", "install", *quiet, "-e", f".[{extra}]"])
     stamp.write_text(stamp_value)
+
+
+def create_env(env: Env) -> None:
+    """Make ``env``'s virtual environment if it is missing. Call it from one thread at a time, with no other thread
+    starting processes: it writes the new interpreter and then runs it, and a process forked meanwhile by another
+    thread holds that file open for writing until it execs, so running it fails with "Text file busy" (ETXTBSY;
+    it once failed a fresh clone's ``test`` that made both environments side by side)."""
+    if not env.python.exists():
+        print(f"[1/3] creating {env.path.relative_to(ROOT)} (once; later runs reuse it)", flush=True)
+        venv.EnvBuilder(with_pip=True).create(env.path)
 
 
 # A kernel started as the grader starts one, running what every chapter's set-up cell imports: what it loads is
@@ -212,6 +220,8 @@ def test(argv: list[str]) -> int:
         names, argv = [argv[1]], argv[2:]
     # pip installs on one core: the two environments are made side by side (about 45 s each on a 2-core machine)
     envs = [SUITES[name][0] for name in names]
+    for env in envs:  # one after the other (see create_env); the installs below run side by side
+        create_env(env)
     with ThreadPoolExecutor(max_workers=len(envs)) as pool:
         for made in [pool.submit(ensure_env, env, "test", True) for env in envs]:
             made.result()  # pip's error, if any, after both have finished
