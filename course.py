@@ -137,7 +137,9 @@ with tempfile.TemporaryDirectory() as folder:
     kc.start_channels()
     try:
         kc.wait_for_ready(timeout=300)
-        reply = kc.execute_interactive("import jax.numpy, scalelib, matplotlib.pyplot", timeout=300)
+        # and what compiling a first program imports (jaxlib's MLIR dialects)
+        reply = kc.execute_interactive("import jax.numpy, scalelib, matplotlib.pyplot\\n_ = jax.numpy.ones(3) + 1",
+                                       timeout=300)
         assert reply["content"]["status"] == "ok", reply["content"]
     finally:
         kc.stop_channels()
