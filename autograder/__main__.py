@@ -71,11 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "doctor":
-        from autograder import sandbox
+        from autograder import libcheck, sandbox, zygote
 
-        from autograder import libcheck
-
-        checks = sandbox.host_checks()
+        checks = sandbox.host_checks() + zygote.host_checks()
         same, detail = libcheck.doctor()
         checks.append(sandbox.HostCheck("kernels' scalelib", same, detail, True))
         for c in checks:

@@ -347,14 +347,20 @@ def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
     os.chdir(plan.scratch)
 
 
-def _launch(code: str, cfg: dict, args: tuple[str, ...] = (), timeout_s: float = 60) -> tuple[str, str]:
-    """Run ``python -c code`` in a sandbox (scratch: a temporary folder); (stdout, why it failed or '')."""
+def _launcher_cmd(argv: list[str]) -> list[str]:
+    """The command that runs :func:`main` with ``argv`` in a process of its own (the way without a fork server)."""
+    return [sys.executable, "-m", "autograder.sandbox", *argv]
+
+
+def _launch(code: str, cfg: dict, args: tuple[str, ...] = (), timeout_s: float = 60,
+            launcher: Callable[[list[str]], list[str]] = _launcher_cmd) -> tuple[str, str]:
+    """Run ``python -c code`` in a sandbox (scratch: a temporary folder) started by ``launcher``'s command;
+    (stdout, why it failed or '')."""
     import subprocess
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
-        cmd = [sys.executable, "-m", "autograder.sandbox", json.dumps({"scratch": tmp, **cfg}), "--",
-               sys.executable, "-c", code, *args]
+        cmd = launcher([json.dumps({"scratch": tmp, **cfg}), "--", sys.executable, "-c", code, *args])
         try:
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
         except subprocess.TimeoutExpired:
@@ -380,7 +386,7 @@ def probe() -> str:
 CONFINEMENT_PROBE = r"""
 import ctypes, json, os, resource, sys
 libc = ctypes.CDLL(None, use_errno=True)
-found = {"usr_owner": os.stat("/usr").st_uid, "dev": sorted(os.listdir("/dev"))}
+found = {"usr_owner": os.stat("/usr").st_uid, "dev": sorted(os.listdir("/dev")), "preloaded": "jax" in sys.modules}
 found["sysctl_writable"] = []
 for folder, _, files in os.walk("/proc/sys"):
     for f in files:
@@ -447,10 +453,13 @@ print(json.dumps(found))
 PROBE_MEMORY_MB = 256
 
 
-def confinement() -> dict:
-    """What :data:`CONFINEMENT_PROBE` found in a sandbox like a kernel's ({'error': ...} if it did not run)."""
+def confinement(launcher: Callable[[list[str]], list[str]] = _launcher_cmd, memory_mb: int = PROBE_MEMORY_MB) -> dict:
+    """What :data:`CONFINEMENT_PROBE` found in a sandbox like a kernel's ({'error': ...} if it did not run), started
+    by ``launcher`` (``zygote.host_checks`` passes the fork server's relay). ``preloaded``: JAX was imported before
+    the probe ran, i.e. the probe was forked from the server rather than run by an interpreter of its own."""
     uid, gid = kernel_ids()
-    out, why = _launch(CONFINEMENT_PROBE, {"memory_mb": PROBE_MEMORY_MB, "disk_mb": 16, "uid": uid, "gid": gid})
+    out, why = _launch(CONFINEMENT_PROBE, {"memory_mb": memory_mb, "disk_mb": 16, "uid": uid, "gid": gid},
+                       launcher=launcher)
     try:
         return {**json.loads(out.strip().splitlines()[-1]), "uid": uid} if not why else {"error": why}
     except (ValueError, IndexError):

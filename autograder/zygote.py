@@ -183,6 +183,34 @@ def stop() -> None:
             _server = None
 
 
+def host_checks() -> list:
+    """The fork path as ``python -m autograder doctor`` sees it: :data:`sandbox.CONFINEMENT_PROBE` run in a kernel
+    forked from this process's server under the grading memory limit, judged like the one ``sandbox.host_checks``
+    runs in a fresh interpreter. Empty where kernels cannot be sandboxed (no server then)."""
+    from autograder import sandbox
+    from autograder.kernel import Limits
+
+    if sandbox.available():
+        return []
+    if not enabled():
+        return [sandbox.HostCheck("fork server", True, "turned off (AUTOGRADER_FORK_SERVER=0): each kernel starts "
+                                  "its own interpreter", False)]
+    path = address()
+    if path is None:
+        return [sandbox.HostCheck("fork server", False, f"did not start ({_failed}): each kernel starts its own "
+                                  "interpreter, in the same sandbox, about 1.5 CPU-s slower", False)]
+    memory_mb = Limits().memory_mb
+    found = sandbox.confinement(lambda argv: relay_cmd(path, argv), memory_mb)
+    if "error" not in found and not found.get("preloaded"):
+        return [sandbox.HostCheck("fork server", False, f"a kernel under the grading memory limit ({memory_mb} MB) "
+                                  "started its own interpreter instead of forking: the limit leaves too little "
+                                  "room beside what the server imported", False)]
+    forked = [sandbox.HostCheck(f"{c.name} (forked kernel)", c.ok, c.detail, c.required)
+              for c in sandbox.confinement_checks(found)]
+    return [sandbox.HostCheck("fork server", True, "kernels fork from a server that imported ipykernel and JAX; "
+                              "the checks marked (forked kernel) ran in one", False), *forked]
+
+
 # ----------------------------------------------------------------------------------------------- the server side
 
 
