@@ -31,6 +31,7 @@ print(json.dumps({
     "uid": [os.getuid(), os.geteuid()], "pid": os.getpid(), "status": caps(), "argv": sys.argv, "path": sys.path,
     "orig_argv": sys.orig_argv[1:2], "env": dict(os.environ), "fds": len(os.listdir('/proc/self/fd')), "cwd": os.getcwd(),
     "grader": sorted(m for m in sys.modules if m.startswith(('autograder.', 'scalelib'))),
+    "absent": sorted(m for m, v in sys.modules.items() if v is None),
     "host": sorted(os.listdir('/')), "random": __import__('random').random(),
     "np_random": __import__('numpy').random.random()
 }))
@@ -67,7 +68,7 @@ def test_a_forked_kernel_is_the_kernel_a_fresh_interpreter_would_be(tmp_path, mo
         a, b, c = (_probe(s) for s in (*forked, fresh))
         server = zygote._server
         assert server is not None and a["pid"] == 1
-        for key in ("uid", "status", "path", "grader", "host", "orig_argv"):
+        for key in ("uid", "status", "path", "grader", "absent", "host", "orig_argv"):
             assert a[key] == c[key], key
         assert a["argv"][0] == c["argv"][0] == "-c" and a["argv"][1:] == ["-f", str(tmp_path / "f0/kernel.json"),
                                                                          "--IPKernelApp.capture_fd_output=False"]
