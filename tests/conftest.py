@@ -37,6 +37,38 @@ from scalelib import devices  # noqa: E402
 
 DEVICE_INFO = devices.setup(8)
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import uuid  # noqa: E402
+
+import nbval.kernel  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+from traitlets import CaselessStrEnum, default  # noqa: E402
+
+_IPC_FOLDER = tempfile.mkdtemp(prefix="test-kernels-")
+atexit.register(shutil.rmtree, _IPC_FOLDER, True)
+
+
+class IpcKernelManager(KernelManager):
+    """The notebook kernels this suite starts (nbval's, the student Run All's) talk over Unix sockets in a folder of
+    this process's, not over TCP. Over TCP, jupyter_client picks five free ports and the kernel binds them a second
+    later, once its interpreter has started; any other process may take one meanwhile (the suite's gloo ranks,
+    launchers and other kernels open ports all the time), and then the kernel dies before replying to kernel_info:
+    every cell of one notebook errored with that message in one suite run (the kernel's stderr was not kept, so
+    this race is the likely cause, not a proven one)."""
+
+    transport = CaselessStrEnum(["tcp", "ipc"], default_value="ipc", config=True)
+
+    @default("ip")
+    def _ip_in_own_folder(self) -> str:  # absolute: the kernel runs in the notebook's folder, its client here
+        return os.path.join(_IPC_FOLDER, uuid.uuid4().hex[:12])
+
+
+# nbval starts its kernels with the KernelManager its module imported (nbval/kernel.py, start_new_kernel)
+assert nbval.kernel.KernelManager is KernelManager, "nbval no longer names jupyter_client's KernelManager"
+nbval.kernel.KernelManager = IpcKernelManager  # type: ignore[misc]
+
 
 def pytest_terminal_summary(terminalreporter):
     """Say how much of the book's numeric results the suite reproduces."""

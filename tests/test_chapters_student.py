@@ -19,7 +19,7 @@ from nbclient import NotebookClient
 
 from autograder import course, release
 from scalelib import exercise
-from tests.conftest import FAST_COMPILE_XLA_FLAGS
+from tests.conftest import FAST_COMPILE_XLA_FLAGS, IpcKernelManager
 
 pytestmark = pytest.mark.student
 
@@ -41,7 +41,7 @@ assert importlib.util.find_spec("scalelib") is None"""
 
 def _execute(nb, cwd, allow_errors=False):
     NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=allow_errors,
-                   resources={"metadata": {"path": str(cwd)}}).execute()
+                   kernel_manager_class=IpcKernelManager, resources={"metadata": {"path": str(cwd)}}).execute()
     return nb
 
 

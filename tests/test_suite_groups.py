@@ -1,4 +1,5 @@
-"""tests/conftest.py: how the suite is split between its workers, and the compile flags it runs under."""
+"""tests/conftest.py: how the suite is split between its workers, the compile flags it runs under, and how its
+notebook kernels are reached."""
 
 import os
 import re
@@ -133,3 +134,16 @@ except nbformat.ValidationError:
 print(sys.modules["rfc3987_syntax"])"""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["invalid notebook refused", "None"], out
+
+
+def test_nbvals_kernels_talk_over_unix_sockets():
+    """No TCP port for another process of the suite to take between jupyter_client's pick and the kernel's bind."""
+    import nbval.kernel
+
+    kernel = nbval.kernel.RunningKernel("python3", cwd=str(TESTS))
+    try:
+        manager = kernel.kc.parent
+        assert type(manager).__name__ == "IpcKernelManager" and manager.transport == "ipc", type(manager)
+        assert os.path.exists(f"{manager.ip}-{manager.shell_port}")
+    finally:
+        kernel.stop()
