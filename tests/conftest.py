@@ -1,7 +1,15 @@
 """Test session set-up: 8 simulated CPU devices before anything starts JAX."""
 
+import atexit
 import os
+import shutil
+import tempfile
+import uuid
 from collections.abc import Callable
+
+import nbval.kernel
+from jupyter_client.manager import KernelManager
+from traitlets import CaselessStrEnum, default
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # headless plots in tests
 
@@ -36,15 +44,6 @@ if not AT_XLA_DEFAULTS:
 from scalelib import devices  # noqa: E402
 
 DEVICE_INFO = devices.setup(8)
-
-import atexit  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import uuid  # noqa: E402
-
-import nbval.kernel  # noqa: E402
-from jupyter_client.manager import KernelManager  # noqa: E402
-from traitlets import CaselessStrEnum, default  # noqa: E402
 
 _IPC_FOLDER = tempfile.mkdtemp(prefix="test-kernels-")
 atexit.register(shutil.rmtree, _IPC_FOLDER, True)
