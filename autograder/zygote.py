@@ -41,6 +41,10 @@ import traceback
 import types
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autograder.sandbox import HostCheck
 
 PRELOAD = ("ipykernel.kernelapp", "jax", "jax.numpy")  # what every grading kernel imports before the student's code
 _READY = b"ready\n"
@@ -183,12 +187,13 @@ def stop() -> None:
             _server = None
 
 
-def host_checks() -> list:
+def host_checks() -> list[HostCheck]:
     """The fork path as ``python -m autograder doctor`` sees it: :data:`sandbox.CONFINEMENT_PROBE` run in a kernel
-    forked from this process's server under the grading memory limit, judged like the one ``sandbox.host_checks``
-    runs in a fresh interpreter. Empty where kernels cannot be sandboxed (no server then)."""
+    forked from this process's server under the course's grading memory limit (pyproject's ``memory-mb``), judged
+    like the one ``sandbox.host_checks`` runs in a fresh interpreter. Empty where kernels cannot be sandboxed (no
+    server then)."""
     from autograder import sandbox
-    from autograder.kernel import Limits
+    from autograder.course import settings
 
     if sandbox.available():
         return []
@@ -199,16 +204,26 @@ def host_checks() -> list:
     if path is None:
         return [sandbox.HostCheck("fork server", False, f"did not start ({_failed}): each kernel starts its own "
                                   "interpreter, in the same sandbox, about 1.5 CPU-s slower", False)]
-    memory_mb = Limits().memory_mb
+    memory_mb = settings().memory_mb
     found = sandbox.confinement(lambda argv: relay_cmd(path, argv), memory_mb)
     if "error" not in found and not found.get("preloaded"):
-        return [sandbox.HostCheck("fork server", False, f"a kernel under the grading memory limit ({memory_mb} MB) "
-                                  "started its own interpreter instead of forking: the limit leaves too little "
-                                  "room beside what the server imported", False)]
+        return [sandbox.HostCheck("fork server", False, f"a kernel under the grading memory limit ({memory_mb} MB, "
+                                  "pyproject's memory-mb) started its own interpreter instead of forking: a fork "
+                                  f"needs {_needed_mb()} MB of address space (what the server imported, and room "
+                                  "for ipykernel's threads)", False)]
     forked = [sandbox.HostCheck(f"{c.name} (forked kernel)", c.ok, c.detail, c.required)
               for c in sandbox.confinement_checks(found)]
     return [sandbox.HostCheck("fork server", True, "kernels fork from a server that imported ipykernel and JAX; "
                               "the checks marked (forked kernel) ran in one", False), *forked]
+
+
+def _needed_mb() -> int:
+    """The smallest ``--memory-mb`` under which a kernel forks from the running server (see :func:`_become_kernel`)."""
+    if _server is None:
+        return 0
+    status = Path(f"/proc/{_server.proc.pid}/status").read_text()
+    size = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
+    return -(-(size + HEADROOM_BYTES) // 2**20)
 
 
 # ----------------------------------------------------------------------------------------------- the server side

@@ -150,15 +150,18 @@ def test_a_kernel_whose_address_space_is_too_small_for_the_servers_starts_its_ow
 def test_doctor_probes_the_sandbox_in_a_forked_kernel_too(monkeypatch):
     """``autograder doctor`` runs the confinement probe in a kernel forked from the server, under the grading memory
     limit, and says so; where that limit leaves no room for a fork it says kernels start their own interpreter."""
-    from types import SimpleNamespace
+    import dataclasses
 
-    import autograder.kernel
+    import autograder.course
 
     checks = {c.name: c for c in zygote.host_checks()}
     assert checks["fork server"].ok, checks
     for name in ("host uid", "/proc/sys", "devices", "own limits"):
         check = checks[f"{name} (forked kernel)"]
         assert check.required and check.ok, check
-    monkeypatch.setattr(autograder.kernel, "Limits", lambda: SimpleNamespace(memory_mb=400))
+    small = dataclasses.replace(autograder.course.settings(), memory_mb=400)
+    monkeypatch.setattr(autograder.course, "settings", lambda: small)
     [check] = zygote.host_checks()
-    assert not check.ok and not check.required and "started its own interpreter" in check.detail, check
+    assert not check.ok and not check.required and "(400 MB, pyproject's memory-mb) started its own" in check.detail
+    needed = int(check.detail.split("a fork needs ")[1].split()[0])
+    assert 400 < needed < 8192, check.detail  # the server's address space and the headroom, in MB
