@@ -221,9 +221,7 @@ def _needed_mb() -> int:
     """The smallest ``--memory-mb`` under which a kernel forks from the running server (see :func:`_become_kernel`)."""
     if _server is None:
         return 0
-    status = Path(f"/proc/{_server.proc.pid}/status").read_text()
-    size = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
-    return -(-(size + HEADROOM_BYTES) // 2**20)
+    return -(-(_address_space_bytes(_server.proc.pid) + HEADROOM_BYTES) // 2**20)
 
 
 # ----------------------------------------------------------------------------------------------- the server side
@@ -319,8 +317,8 @@ def _launcher(fd: int) -> int:
     return code
 
 
-def _address_space_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _address_space_bytes(pid: int | str = "self") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmSize:"):
             return int(line.split()[1]) * 1024
     return 0
