@@ -100,7 +100,7 @@ def _generate_assignment(api: NbGraderAPI, chapter: str) -> dict:
     from nbgrader.converters import GenerateAssignment
     from nbgrader.utils import capture_log, temp_attrs
 
-    class GenerateInPlace(GenerateAssignment):  # type: ignore[misc]
+    class GenerateInPlace(GenerateAssignment):
         def start(self) -> None:
             before = self.coursedir.student_id
             self.coursedir.student_id = "."  # what GenerateAssignment.start sets
