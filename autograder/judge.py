@@ -46,7 +46,7 @@ from autograder.kernel import KernelDied, KernelSession
 from autograder.results import NOT_ANSWERED, TEST_FAULT
 from autograder.surface import Surface
 from autograder.transfer import library_refs
-from autograder.trusted import TrustedContext
+from autograder.trusted import TrustedContext, thread_output
 
 
 class NotPortable(Exception):
@@ -206,7 +206,12 @@ class Judge:
                       if (m, q.split(".")[0]) in self.shipper.sent and (m, q) not in self.shipper.withheld)
 
     def print(self, *args: Any, sep: str = " ", end: str = "\n", **_: Any) -> None:
-        text = sep.join(str(a) for a in args) + end
+        self.keep(sep.join(str(a) for a in args) + end)
+
+    def keep(self, text: str) -> None:
+        """What the test cell printed (its ``print``, and whatever this thread writes to sys.stdout or sys.stderr
+        while it runs, such as ``ex.visible_checks``' line): the verdict's output, shown in the student's feedback,
+        never on the grader's console."""
         self._out_bytes += len(text)
         if self._out_bytes < 20_000:
             self._out.append(text)
@@ -294,7 +299,7 @@ class Judge:
                            seconds=time.perf_counter() - start, instructor_error=instructor_error)
 
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), thread_output(self.keep):
                 warnings.simplefilter("ignore")
                 exec(pysource.notebook_code(ex_.test_source, f"<test {eid}>"), ns)
         except NotPortable as err:

@@ -21,7 +21,7 @@ import threading
 import time
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -45,40 +45,65 @@ class Binding:
     why: str = ""  # kind "unsendable": why not
 
 
-class _ThreadStdout(io.TextIOBase):
-    """``sys.stdout`` while grading: writes from a thread marked quiet are dropped, the rest go on as before.
+class _ThreadStream(io.TextIOBase):
+    """``sys.stdout`` or ``sys.stderr`` while grading: what a thread writes goes where :func:`thread_output` routed
+    that thread's output (a judge's capture, or nowhere); a thread not routed writes to the real stream as before.
 
     ``contextlib.redirect_stdout`` swaps a process-wide object; two threads doing it at once (the trusted context
-    and nbgrader's converters) can leave the grader's own output going nowhere.
+    and a judge) can leave the grader's own output going nowhere, and a judge's test cell that prints (its
+    ``ex.visible_checks`` says the checks passed) would reach the instructor's console between the progress lines.
     """
 
     def __init__(self, real: TextIO) -> None:
         self.real = real
 
     def write(self, text: str) -> int:
-        return len(text) if getattr(_QUIET, "on", False) else self.real.write(text)
+        sink = getattr(_ROUTE, "sink", None)
+        if sink is None:
+            return self.real.write(text)
+        sink(text)
+        return len(text)
 
     def flush(self) -> None:
-        if not getattr(_QUIET, "on", False):
+        if getattr(_ROUTE, "sink", None) is None:
             self.real.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
 
-_QUIET = threading.local()
+_ROUTE = threading.local()
+_INSTALL = threading.Lock()
+
+
+def _install() -> None:
+    with _INSTALL:
+        if not isinstance(sys.stdout, _ThreadStream):
+            sys.stdout = _ThreadStream(sys.stdout)
+        if not isinstance(sys.stderr, _ThreadStream):
+            sys.stderr = _ThreadStream(sys.stderr)
 
 
 @contextlib.contextmanager
-def quiet_thread() -> Iterator[None]:
-    """Drop what this thread prints to ``sys.stdout`` (other threads print as usual)."""
-    if not isinstance(sys.stdout, _ThreadStdout):
-        sys.stdout = _ThreadStdout(sys.stdout)
-    _QUIET.on = True
+def thread_output(sink: Callable[[str], object]) -> Iterator[None]:
+    """Send what this thread writes to ``sys.stdout`` and ``sys.stderr`` to ``sink`` (other threads print as
+    usual)."""
+    _install()
+    before = getattr(_ROUTE, "sink", None)
+    _ROUTE.sink = sink
     try:
         yield
     finally:
-        _QUIET.on = False
+        _ROUTE.sink = before
+
+
+def _drop(text: str) -> None:
+    return None
+
+
+def quiet_thread() -> contextlib.AbstractContextManager[None]:
+    """Drop what this thread prints to ``sys.stdout`` or ``sys.stderr`` (other threads print as usual)."""
+    return thread_output(_drop)
 
 
 _PLOT = "a figure or plot object (never sent to a kernel)"
