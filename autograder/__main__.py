@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from autograder import course
+
+if TYPE_CHECKING:
+    from autograder.sandbox import HostCheck
 
 # `grade`'s exit status: 0 every student reached "graded"; 3 the class was graded and its files written, but
 # some students did not reach "graded" (missing, invalid notebook, timed out, crashed: see grades.csv);
@@ -69,16 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check what the sandbox needs from this host, and that kernels import the "
                                     "grader's own scalelib")
     args = parser.parse_args(argv)
+    _resolve_paths(args)
 
     if args.command == "doctor":
-        from autograder import libcheck, sandbox, zygote
-
-        checks = sandbox.host_checks() + zygote.host_checks()
-        same, detail = libcheck.doctor()
-        checks.append(sandbox.HostCheck("kernels' scalelib", same, detail, True))
-        for c in checks:
-            print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}")
-        return 0 if all(c.ok or not c.required for c in checks) else 1
+        ok = True
+        for c in doctor_checks():
+            print(f"{'ok  ' if c.ok else ('FAIL' if c.required else 'weak')}  {c.name}: {c.detail}", flush=True)
+            ok = ok and (c.ok or not c.required)
+        return 0 if ok else 1
 
     if args.command == "forget-unsafe-ids":
         from autograder import gradebook
@@ -137,16 +140,39 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from autograder import grade, shards
 
+    # grade prints the run's progress, its problems and the files it wrote (in that order)
     results = grade.grade(args.path, course.resolve_chapter(args.chapter), args.out, roster=args.roster,
                           workers=args.workers, force=args.force, cell_timeout_s=args.cell_timeout,
                           notebook_timeout_s=args.notebook_timeout, memory_mb=args.memory_mb, disk_mb=args.disk_mb,
                           max_output_bytes=args.max_output_bytes, nbgrader_dir=args.nbgrader_course,
                           allow_unsandboxed=args.allow_unsandboxed, lms=args.lms, lms_assignment=args.lms_assignment,
                           shard=shards.parse(args.shard) if args.shard else None)
-    counts = {s: sum(r.status == s for r in results) for s in grade.STATUSES}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    print(f"{len(results)} students: {summary}; wrote {args.out / 'grades.csv'} and {args.out / 'feedback'}/")
-    return GRADED if counts["graded"] == len(results) else NOT_ALL_GRADED
+    return GRADED if all(r.status == "graded" for r in results) else NOT_ALL_GRADED
+
+
+_PATH_ARGS = ("path", "out", "roster", "nbgrader_course", "shards", "course_dir")
+
+
+def _resolve_paths(args: argparse.Namespace) -> None:
+    """Every path of the command line made absolute (``Path.resolve``) once, before any thread starts: what the
+    threads of ``grade`` write then lands where ``--out`` said whatever the process's working directory is later."""
+    for name in _PATH_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, Path):
+            setattr(args, name, value.resolve())
+        elif isinstance(value, list):
+            setattr(args, name, [v.resolve() if isinstance(v, Path) else v for v in value])
+
+
+def doctor_checks() -> Iterator[HostCheck]:
+    """``doctor``'s checks, each yielded as soon as it is known (the sandbox's, the fork server's, then whether
+    kernels import the grader's scalelib), so that each is printed before the next one runs."""
+    from autograder import libcheck, sandbox, zygote
+
+    yield from sandbox.host_checks()
+    yield from zygote.host_checks()
+    same, detail = libcheck.doctor()
+    yield sandbox.HostCheck("kernels' scalelib", same, detail, True)
 
 
 if __name__ == "__main__":

@@ -112,9 +112,17 @@ def prepare(chapter: align.Chapter, work: Path, logs: Path, limits: Limits, work
 
 
 class _Say:
+    """The instructor's console, in three parts: progress (a line per student as each is done, printed at once),
+    then the problems of the run, if any, then where the files are (:meth:`end`). Problems found while grading are
+    kept for the end (:meth:`problem`), not printed between the progress lines. Nothing a student's code prints
+    reaches it: kernels' output is captured by their sessions and a judge's by the verdict
+    (:func:`autograder.trusted.thread_output`), both for the feedback."""
+
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
         self._lock = threading.Lock()
+        self.problems: list[tuple[str, list[str]]] = []  # (headline, lines under it)
+        self.not_submissions: list[tuple[str, str]] = []  # entries of the export that are no notebooks: (name, why)
 
     def __call__(self, text: str) -> None:
         """Print one line; what a student chose (an entry's name, what their code printed) cannot drive the
@@ -122,6 +130,72 @@ class _Say:
         if not self.quiet:
             with self._lock:
                 print(printable(text), flush=True)
+
+    def problem(self, headline: str, lines: list[str] | None = None) -> None:
+        """A problem of the run, printed under 'problems' at its end."""
+        with self._lock:
+            self.problems.append((headline, list(lines or [])))
+
+    def end(self, out_dir: Path, files: list[str]) -> None:
+        """The end of the run: the problems (only if there are any), the entries that were not submissions (a
+        neutral note), then the files written."""
+        if self.problems:
+            self(f"problems ({len(self.problems)}):")
+            for headline, lines in self.problems:
+                self(f"  - {headline}")
+                for line in lines:
+                    self(f"      {line}")
+        if self.not_submissions:
+            n = len(self.not_submissions)
+            self(f"not graded: {n} {'entry' if n == 1 else 'entries'} of the export that {'is' if n == 1 else 'are'} "
+                 "not a submission (not a notebook, or a hidden or system file; see submissions.csv):")
+            for line in _listed(self.not_submissions):
+                self(f"  {line}")
+        self(f"files written in {out_dir}:")
+        for line in files:
+            self(f"  {line}")
+
+
+_LISTED = 20  # entries of the export listed on the console per section (submissions.csv has them all)
+
+
+def _listed(entries: list[tuple[str, str]]) -> list[str]:
+    lines = [f"{name}: {why}" for name, why in entries[:_LISTED]]
+    if len(entries) > _LISTED:
+        lines.append(f"... and {len(entries) - _LISTED} more")
+    return lines
+
+
+def _is_notebook(shown: str) -> bool:
+    """Whether an entry of the export, by its name, is a notebook a student may have meant to hand in (not a hidden
+    or system file such as a checkpoint or macOS's __MACOSX copies)."""
+    parts = shown.split("/")
+    return shown.lower().endswith(".ipynb") and not any(p.startswith(".") or p == "__MACOSX" for p in parts)
+
+
+def _export_problems(mapping: submissions.Mapping, say: _Say) -> None:
+    """What became of the entries of the export that are not graded: a notebook not read or matched to no student is
+    a problem; anything else (a README, a checkpoint) is only noted."""
+    if mapping.skipped:
+        say.problem(f"{len(mapping.skipped)} entries of the export not unpacked or not read (see submissions.csv):",
+                    _listed(mapping.skipped))
+    lost = [(name, why) for name, why in mapping.unmatched if _is_notebook(name)]
+    if lost:
+        say.problem(f"{len(lost)} notebooks matched to no student, not graded (see submissions.csv):", _listed(lost))
+    say.not_submissions = [(name, why) for name, why in mapping.unmatched if not _is_notebook(name)]
+
+
+def _files_written(lms: str | None, book: Path | None, shard: tuple[int, int] | None) -> list[str]:
+    """The files section of the console: what was written in ``--out`` (and where the gradebook is)."""
+    lines = ["grades.csv, grades_long.csv, submissions.csv" + (", canvas.csv" if lms == "canvas" else ""),
+             f"feedback/ (a page per student), results/, logs/, {shards.MARKER}"]
+    if lms == "gradescope":
+        lines.append("gradescope/ (Gradescope's results.json per student)")
+    if book is not None:
+        lines.append(f"nbgrader gradebook: {book} (there: `nbgrader export`, or `jupyter lab` for formgrader)")
+    elif shard is not None:
+        lines.append(f"shard {shard[0]}/{shard[1]}: no gradebook here; `python -m autograder merge` joins the shards")
+    return lines
 
 
 def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *, roster: Path | None = None,
@@ -141,6 +215,11 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     ``unrestricted``: students whose kernels get all of scalelib; only for tests that prove a delegating answer
     would pass if it could reach the library (never for a class).
     """
+    # Every path is absolute before anything else happens: the grader's threads then never depend on the process's
+    # working directory (nothing in this process changes it while they run: see nbgrader_course._generate_assignment).
+    source, out_dir, root = Path(source).resolve(), Path(out_dir).resolve(), Path(root).resolve()
+    roster = Path(roster).resolve() if roster is not None else None
+    nbgrader_dir = Path(nbgrader_dir).resolve() if nbgrader_dir is not None else None
     settings = course.settings(root)
     pysource.guard()  # threads below parse: no AST conversion may race another (CPython gh-106905)
     # Test cells run here: an exercise that still raises its stub fails its visible checks too.
@@ -170,6 +249,9 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                     sandbox=not why_not)
     workers = max(1, workers or os.cpu_count() or 1)
     say = _Say(quiet)
+    if why_not:
+        say.problem(f"NOT SANDBOXED (--allow-unsandboxed): {why_not}; student code could read and write anything "
+                    "this user can")
     solution = root / "solutions" / f"{chapter}.ipynb"
     solution_hash = hashlib.sha256(solution.read_bytes()).hexdigest()
     for sub in ("feedback", "results", "logs"):
@@ -180,14 +262,12 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster,
                                       released=root / "chapters")
         marker = _marker(chapter, shard or (0, 1), solution_hash, limits, roster, mapping)
-        if mapping.skipped:
-            say(f"{len(mapping.skipped)} entries of the export not unpacked or not read (see submissions.csv):")
-            for name, why in mapping.skipped[:20]:
-                say(f"  {name}: {why}")
+        _export_problems(mapping, say)
         if not mapping.chosen and not mapping.missing:
             # the class's files still say what became of every entry
             report.write_class(out_dir, ch, [], mapping, submissions.read_roster(roster) if roster else None,
                                lms, lms_assignment)
+            say.end(out_dir, ["submissions.csv, and grades.csv and grades_long.csv without rows"])
             raise SystemExit(f"no notebooks found in {source}" +
                              (f" ({len(mapping.unmatched)} unmatched files)" if mapping.unmatched else "") +
                              (f" ({len(mapping.skipped)} entries not read)" if mapping.skipped else "") +
@@ -240,20 +320,19 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             from autograder import lms as platforms
 
             platforms.write_gradescope(out_dir, ordered, ch)
+        written = None
         if book is not None:
             graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
-            say(f"nbgrader gradebook: {book.finish(ordered, rows, graded, say)} (there: `nbgrader export`, or "
-                "`jupyter lab` for formgrader)")
+            written = book.finish(ordered, rows, graded, say)
             from autograder import gradebook
 
             warning = gradebook.unsafe_ids_warning(book.folder)
             if warning:
-                say(warning)
+                say.problem(warning)
         shards.write_marker(out_dir, marker, mine, complete=True)
-        if mapping.unmatched:
-            say(f"{len(mapping.unmatched)} files not graded (see submissions.csv):")
-            for name, why in mapping.unmatched:
-                say(f"  {name}: {why}")
+    counts = {s: sum(r.status == s for r in ordered) for s in STATUSES}
+    say(f"{len(ordered)} students: {', '.join(f'{n} {s}' for s, n in counts.items() if n) or 'none'}")
+    say.end(out_dir, _files_written(lms, written, shard))
     return ordered
 
 
@@ -299,7 +378,7 @@ class _Gradebook:
                 if attempt == 2:
                     raise RuntimeError(f"could not write the nbgrader gradebook in {self.folder} (tried twice): "
                                        f"{type(err).__name__}: {err}") from err
-                say(f"nbgrader gradebook: {type(err).__name__}: {err}; writing it again"[:300])
+                say.problem(f"nbgrader gradebook: {type(err).__name__}: {err}; written again"[:300])
                 self.errors.clear()
                 self._prepare()
         raise AssertionError("unreachable")
@@ -313,7 +392,8 @@ def _grade_twice(shared: Shared, student: str, cand: submissions.Candidate, fp: 
         return grade_student(shared, student, cand, fp, log, unrestricted)
     except Exception as err:
         note = f"grader error while grading {student} ({type(err).__name__}: {err}); grading again"
-        say(note[:300])
+        say.problem(f"grader error while grading {student} ({type(err).__name__}: {err})"[:300]
+                    + f"; graded again (see {log})")
         with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as f:
             f.write(f"\n[grader] {note}\n{traceback.format_exc()}\n")
     return grade_student(shared, student, cand, fp, log, unrestricted)
@@ -371,9 +451,9 @@ def _report_instructor_problems(context: TrustedContext, log: Path, say: _Say,
         log.unlink(missing_ok=True)
         return
     report.atomic_write(log, "\n".join(problems) + "\n")
-    say(f"!! {len(problems)} problem(s) of the instructor's notebook or tests in the grader's run (see {log}):")
-    for line in problems[:5]:
-        say(f"!!   {line}")
+    more = [f"... and {len(problems) - 5} more"] if len(problems) > 5 else []
+    say.problem(f"{len(problems)} problem(s) of the instructor's notebook or tests in the grader's run (see {log}):",
+                problems[:5] + more)
 
 
 __all__ = ["GRADER_VERSION", "STATUSES", "Status", "StudentResult", "Unsandboxed", "grade"]
