@@ -1,5 +1,8 @@
-"""course.py, the two-command entry point: work copies for JupyterLab and the two suites."""
+"""course.py, the two-command entry point: work copies for JupyterLab and the two suites; and two properties of
+``python -m autograder``'s command line that need no grading run (its paths, and how ``doctor`` prints)."""
 
+import contextlib
+import io
 import json
 import re
 from pathlib import Path
@@ -99,3 +102,59 @@ def test_each_suite_run_compiles_into_its_own_new_cache_folder_removed_after(mon
         course.run_suite("current", [])
     assert len(set(seen)) == 3 and tmp_path / "host-cache" not in seen
     assert not [folder for folder in seen if folder.exists()]
+
+
+def test_grade_receives_every_path_of_the_command_line_absolute(tmp_path, monkeypatch):
+    """Issue 48: a relative ``--out`` meant another folder once the process's working directory moved while the
+    grader's threads ran; the entry resolves every path once, before any thread starts."""
+    from autograder import __main__ as cli
+    from autograder import grade
+
+    seen = {}
+
+    def fake_grade(path, chapter, out, **kwargs):
+        seen.update(path=path, out=out, roster=kwargs["roster"], nbgrader_dir=kwargs["nbgrader_dir"])
+        return []
+
+    monkeypatch.setattr(grade, "grade", fake_grade)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["grade", "subs.zip", "--chapter", "01", "--out", "OUT", "--roster", "people/roster.csv",
+                     "--nbgrader-course", "../course"]) == cli.GRADED
+    here = tmp_path.resolve()
+    assert seen == {"path": here / "subs.zip", "out": here / "OUT", "roster": here / "people" / "roster.csv",
+                    "nbgrader_dir": here.parent / "course"}
+
+
+def test_doctor_prints_each_check_before_the_next_one_runs(monkeypatch):
+    """``doctor``'s checks take seconds each (sandboxes and kernels are started): each line is printed and flushed
+    as soon as its check is known, not all of them at the end. Checked by what had been flushed when each later
+    check started, not by timing."""
+    from autograder import __main__ as cli
+    from autograder import libcheck, sandbox, zygote
+
+    flushed: list[str] = []
+
+    class Console(io.StringIO):
+        def flush(self) -> None:
+            flushed.append(self.getvalue())
+
+    started: dict[str, str] = {}
+
+    def stage(name, result):
+        def run(*_args, **_kwargs):
+            started[name] = flushed[-1] if flushed else ""
+            return result
+        return run
+
+    check = sandbox.HostCheck
+    monkeypatch.setattr(sandbox, "host_checks", stage("sandbox", [check("user namespaces", True, "fine", True),
+                                                                   check("memory cgroup", False, "polled", False)]))
+    monkeypatch.setattr(zygote, "host_checks", stage("fork server", [check("fork server", True, "forks", False)]))
+    monkeypatch.setattr(libcheck, "doctor", stage("scalelib", (True, "the grader's own")))
+    console = Console()
+    with contextlib.redirect_stdout(console):
+        assert cli.main(["doctor"]) == 0
+    assert started["sandbox"] == ""
+    assert started["fork server"].splitlines() == ["ok    user namespaces: fine", "weak  memory cgroup: polled"]
+    assert started["scalelib"].splitlines()[-1] == "ok    fork server: forks"
+    assert flushed[-1].splitlines()[-1] == "ok    kernels' scalelib: the grader's own"

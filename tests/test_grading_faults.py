@@ -6,11 +6,21 @@ fails the same way, and the first binding of the set-up's values in ``unbound``'
 the machine is too loaded to finish it in time. Each is retried once; the run ends with grades.csv and the gradebook. ``lister`` answers
 correctly in a way the test's probe helper did not expect, so the helper (not the student's function) raises: that
 is reported as the test's fault. ``stub`` left the stubs: "not answered yet".
+
+The run is started as an instructor would from a shell (issue 48): from the course's folder, with the export and
+``--out`` given as relative paths, the grader's console captured. Its answers print (to stdout and stderr) and its
+test cells wrap their visible checks in ``ex.visible_checks``, which prints that they passed: none of it may reach
+the console.
 """
 
+import contextlib
 import csv
+import io
 import json
+import os
+import re
 import threading
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -26,9 +36,15 @@ SETUP = "from scalelib import exercise as ex\nimport numpy as np"
 ADD = "def add(a, b):\n    return a + b\n"
 DOUBLE = "import numpy as np\n\ndef double(xs):\n    return 2 * np.asarray(xs)\n"
 DOUBLE_LIST = "def double(xs):\n    return [2 * x for x in xs]\n"  # right, but not an array
-ADD_TEST = ("# Test ch99-add (1 point)\nassert add(1, 2) == 3\n### BEGIN HIDDEN TESTS\n"
+# what the students' add prints in their kernel, each time it is called (the judge calls it)
+STUDENT_OUT, STUDENT_ERR = "STUDENT-PRINTED-TO-STDOUT", "STUDENT-PRINTED-TO-STDERR"
+LOUD_ADD = (f"import sys\n\ndef add(a, b):\n    print({STUDENT_OUT!r})\n    print({STUDENT_ERR!r}, file=sys.stderr)\n"
+            "    return a + b\n")
+ADD_TEST = ("# Test ch99-add (1 point)\nwith ex.visible_checks('ch99-add'):\n    assert add(1, 2) == 3\n"
+            "### BEGIN HIDDEN TESTS\n"
             "ex.check_close(add(0.1, 0.2), 0.3, 1e-9, 'add(0.1, 0.2)')\n### END HIDDEN TESTS\n")
-DOUBLE_TEST = ("# Test ch99-double (2 points)\nex.check_array_close(double([1, 2]), [2, 4], 0, 0)\n"
+DOUBLE_TEST = ("# Test ch99-double (2 points)\nwith ex.visible_checks('ch99-double'):\n"
+               "    ex.check_array_close(double([1, 2]), [2, 4], 0, 0)\n"
                "### BEGIN HIDDEN TESTS\n"
                "@ex.probe\n"
                "def measure(xs):\n"
@@ -74,9 +90,10 @@ def run(tmp_path_factory):
     nbformat.write(solution, root / "solutions" / f"{CHAPTER}.ipynb")
     subs = root / "subs"
     subs.mkdir()
-    for name, (a, d) in {"right": (ADD, DOUBLE), "flaky": (ADD, DOUBLE), "unbound": (ADD, DOUBLE),
-                         "lister": (ADD, DOUBLE_LIST), "stub": ("", "")}.items():
+    for name, (a, d) in {"right": (LOUD_ADD, DOUBLE), "flaky": (LOUD_ADD, DOUBLE), "unbound": (LOUD_ADD, DOUBLE),
+                         "lister": (LOUD_ADD, DOUBLE_LIST), "stub": ("", "")}.items():
         nbformat.write(_notebook(a, d), subs / f"{name}.ipynb")
+    (subs / "README.txt").write_text("not a submission\n")  # an entry that is not a notebook
 
     injected = {"student": 0, "gradebook": 0, "bind": 0}
     real_grade, real_record, real_run = student_mod.grade_student, gradebook.record, kernel_mod.KernelSession.run
@@ -103,19 +120,31 @@ def run(tmp_path_factory):
         return real_record(*args, **kwargs)
 
     out = root / "out"
+    real_chdir, chdirs = os.chdir, []
+
+    def chdir(path):  # any change of the grader's working directory while it grades (its threads share it)
+        chdirs.append((threading.current_thread().name, str(path)))
+        real_chdir(path)
+
+    console, errors = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
         mp.setattr(grade, "grade_student", flaky_grade)
         mp.setattr(gradebook, "record", flaky_record)
         mp.setattr(kernel_mod.KernelSession, "run", flaky_run)
-        results = {r.student: r for r in grade.grade(subs, CHAPTER, out, root, workers=2, quiet=True)}
+        mp.setattr(os, "chdir", chdir)
+        with contextlib.redirect_stdout(console), contextlib.redirect_stderr(errors):
+            graded = grade.grade(Path("subs"), CHAPTER, Path("out"), root, workers=2)  # relative, as in a shell
+        mp.setattr(os, "chdir", real_chdir)
+    results = {r.student: r for r in graded}
     rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
-    return results, rows, out, injected
+    return results, rows, out, injected, {"chdirs": chdirs, "console": console.getvalue(), "errors": errors.getvalue()}
 
 
 def test_a_grader_fault_is_retried_and_the_run_still_writes_grades_and_gradebook(run):
     from nbgrader.api import Gradebook
 
-    results, rows, out, injected = run
+    results, rows, out, injected, _ = run
     assert injected == {"student": 1, "gradebook": 1, "bind": 1}  # every fault did happen
     assert results["flaky"].status == "graded" and results["flaky"].score == 3, results["flaky"]
     assert results["unbound"].status == "graded" and results["unbound"].score == 3, results["unbound"]
@@ -128,7 +157,7 @@ def test_a_grader_fault_is_retried_and_the_run_still_writes_grades_and_gradebook
 
 
 def test_a_failing_test_helper_is_the_tests_fault_not_the_students(run):
-    results, rows, out, _ = run
+    results, rows, out, _, _ = run
     lister = results["lister"]
     message = lister.messages["ch99-double"]
     assert lister.exercises == {"ch99-add": 1.0, "ch99-double": 0.0}
@@ -143,10 +172,57 @@ def test_a_failing_test_helper_is_the_tests_fault_not_the_students(run):
 
 
 def test_a_stub_that_still_raises_reads_not_answered_yet(run):
-    results, _, out, _ = run
+    results, _, out, _, _ = run
     stub = results["stub"]
     assert stub.score == 0
     for eid in ("ch99-add", "ch99-double"):
         assert stub.messages[eid].startswith("not answered yet"), stub.messages[eid]
     page = (out / "feedback" / "stub.html").read_text()
     assert page.count(">not answered yet<") == 2 and "a check failed" not in page
+
+
+def test_the_grader_never_changes_its_working_directory(run):
+    """Issue 48: the grader's threads share one working directory. nbgrader's converters changed it to the course
+    folder while the gradebook was made, and for those seconds a worker's relative path pointed there."""
+    assert run[4]["chdirs"] == []
+
+
+def test_every_output_lies_in_the_relative_out_and_nowhere_else(run):
+    _, _, out, _, _ = run
+    root = out.parent
+    assert sorted(p.name for p in root.iterdir()) == ["out", "pyproject.toml", "solutions", "subs"]
+    written = [p.relative_to(out) for p in out.rglob("*")]
+    assert not [p for p in written if "out" in p.parts], written  # no out/out/, no out/nbgrader/out/
+    assert {"grades.csv", "grades_long.csv", "submissions.csv", "feedback", "results", "logs", "nbgrader"} <= {
+        p.parts[0] for p in written}
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == [f"{s}.html" for s in
+                                                                    ("flaky", "lister", "right", "stub", "unbound")]
+
+
+def test_the_console_shows_progress_then_problems_then_files_and_nothing_a_student_printed(run):
+    """Issue 48: the instructor's console holds a line per student as it is graded, then the run's problems, then
+    a neutral note on the entries that are not notebooks, then where the files are; what the students' code and the
+    test cells printed is in the results (the feedback), not there."""
+    results, _, out, _, seen = run
+    console, errors = seen["console"], seen["errors"]
+    for text in (STUDENT_OUT, STUDENT_ERR, "visible checks passed"):
+        assert text not in console and text not in errors, text
+    assert "ch99-add: visible checks passed" in results["right"].outputs["ch99-add"]  # it went to the feedback
+    lines = console.splitlines()
+    progress = [i for i, line in enumerate(lines) if line.startswith("[")]
+    assert len(progress) == 5, console
+    problems = next(i for i, line in enumerate(lines) if re.fullmatch(r"problems \(\d+\):", line))
+    ignored = next(i for i, line in enumerate(lines) if line.startswith("not graded: 1 entry"))
+    files = lines.index(f"files written in {out}:")
+    assert progress[-1] < problems < ignored < files, console
+    assert lines[ignored + 1] == "  README.txt: not a notebook (.ipynb), ignored", console
+    block = "\n".join(lines[problems:ignored])
+    for text in ("grader error while grading flaky (SystemError", "; graded again (see ",
+                 "nbgrader gradebook: SystemError", "1 problem(s) of the instructor's notebook or tests",
+                 "test of ch99-double failed for lister (not the student's fault)"):
+        assert text in block, (text, console)
+    assert "README" not in block
+    assert lines[files + 1] == "  grades.csv, grades_long.csv, submissions.csv", console
+    assert any(line.startswith(f"  nbgrader gradebook: {out / 'nbgrader' / 'gradebook.db'}")
+               for line in lines[files:]), console
+    assert lines[problems - 1].startswith("5 students: ") and "notebooks in" in lines[problems - 2], console
