@@ -23,7 +23,9 @@ What it does, in this order (Linux, no root needed where unprivileged user names
    own (mapping only that uid) is limited to holding one more: a second user+mount namespace on top, which
    locks every mount (read-only stays read-only, the old root cannot be re-exposed), in which the kernel is
    ``exec``'d (or, for a launcher forked by :mod:`autograder.zygote`, run in that process once every other
-   descriptor is closed); the kernel can make no namespace of its own (no mount, no cgroup namespace, no /proc). The
+   descriptor is closed), holding no capability at all (bounding set empty, securebits locked, no_new_privs), so it
+   can make no namespace of its own (each kind, alone or together), mount nothing, and has no System V shared
+   memory or message queue (its IPC namespace allows none). The
    kernel talks to the grader over Unix sockets in its scratch folder, which the grader reaches through
    ``/proc/PID/root``; there is no network (only a down loopback).
 
@@ -58,6 +60,18 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE = 1, 4
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 24, 28, 38, 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# Every "root keeps or regains capabilities" rule switched off and locked: no setuid fix-up, no capabilities for
+# uid 0 at exec, no ambient raise (SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE, locked).
+SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# The IPC namespace's own settings, set to 0 while the sandbox is built: System V shared memory and message
+# queues hold memory that no process's resident set shows, so the kernel gets none of either.
+IPC_NONE = ("kernel/shmmax", "kernel/shmall", "kernel/shmmni", "kernel/msgmni", "kernel/msgmnb")
+# Descriptors per process: each pipe or socket one holds can keep a kernel buffer that no resident set shows,
+# so their number is bounded (ipykernel and JAX use well under a hundred).
+MAX_OPEN_FILES = 1024
 DEVICES = ("null", "zero", "full", "random", "urandom")  # the only device nodes inside
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
              "stderr": "/proc/self/fd/2"}
@@ -265,6 +279,42 @@ def _limits(cfg: dict) -> None:
     n = int(cfg.get("file_mb", 256)) * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))  # no POSIX message queue holds memory
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, MAX_OPEN_FILES)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, top) if soft != resource.RLIM_INFINITY else top, top))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> None:
+    """Leave the kernel no capability in any namespace, now or after an ``exec``: the bounding and ambient sets
+    emptied, root's exec-time capabilities switched off (securebits, locked), the three sets cleared, and
+    ``no_new_privs`` set. Without CAP_SYS_ADMIN in its own user namespace the kernel can make no mount, PID,
+    network, IPC, UTS or cgroup namespace and mount nothing; a new user namespace (which needs no capability) is
+    refused by the namespace count its parent allows (``max_user_namespaces``)."""
+    _check(_libc.prctl(PR_SET_SECUREBITS, ctypes.c_ulong(SECUREBITS_LOCKED_DOWN), 0, 0, 0), "securebits")
+    last = int(Path(_PROC, "sys/kernel/cap_last_cap").read_text())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0), f"drop capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0), "clear ambient")
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), 0, 0, 0), "no_new_privs")
+
+
+def _close_ipc(proc: str) -> None:
+    """Set the sandbox's own IPC namespace's limits (under ``proc``, its /proc) to no shared memory segment and
+    no message queue; an error if the host's kernel keeps these settings for its first namespace only."""
+    for name in IPC_NONE:
+        Path(proc, "sys", name).write_text("0")
 
 
 def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
@@ -318,6 +368,7 @@ def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
     _mount(None, new + "/dev", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
     os.makedirs(new + "/proc", exist_ok=True)
     _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _close_ipc(new + "/proc")  # while PID 1 is still root of the namespace that owns the IPC namespace
     _bind("/w/scratch", new + plan.scratch, writable=True)  # last: it may lie under /tmp
     _check(_libc.umount2(b"/oldroot", MNT_DETACH), "umount old root")
     os.chdir(new)
@@ -334,7 +385,8 @@ def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
         _unshare(CLONE_NEWUSER | CLONE_NEWNS)
         _map_ids(plan.uid, plan.gid)
     # This user namespace may hold one more (the lock below) and no other: the kernel, root of that last one,
-    # can make no namespace of its own (no mount, no cgroup namespace, no /proc of its own).
+    # can make no user namespace of its own (which needs no capability); the others need the capabilities that
+    # _drop_capabilities takes away.
     with contextlib.suppress(OSError):
         Path("/proc/sys/user/max_user_namespaces").write_text("1")
     for part in ("sys", "sysrq-trigger", "irq", "bus"):  # the host kernel's settings: read-only
@@ -344,6 +396,7 @@ def _enter(cfg: dict, plan: _Plan, lifeline: int | None = None) -> None:
     uid, gid = os.getuid(), os.getgid()
     _unshare(CLONE_NEWUSER | CLONE_NEWNS)
     _map_ids(uid, gid)
+    _drop_capabilities()
     os.chdir(plan.scratch)
 
 
@@ -408,6 +461,28 @@ try:
     found["rlimit_raised"] = True
 except (ValueError, OSError):
     found["rlimit_raised"] = False
+def alone(what, flag):  # in a child: one namespace asked for on its own, so that one refusal hides no other
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, b"made" if libc.unshare(flag) == 0 else os.strerror(ctypes.get_errno()).encode())
+        os._exit(0)
+    os.close(w)
+    said = os.read(r, 200).decode() or "no answer"
+    os.close(r)
+    os.waitpid(pid, 0)
+    return said
+found["namespaces"] = {name: alone(name, flag) for name, flag in (
+    ("mount", 0x00020000), ("cgroup", 0x02000000), ("uts", 0x04000000), ("ipc", 0x08000000),
+    ("user", 0x10000000), ("pid", 0x20000000), ("net", 0x40000000))}
+os.makedirs("/tmp/probe-mount", exist_ok=True)
+found["namespaces"]["tmpfs mount"] = ("made" if libc.mount(b"tmpfs", b"/tmp/probe-mount", b"tmpfs", 0, None) == 0
+                                      else os.strerror(ctypes.get_errno()))
+libc.shmget.restype = ctypes.c_int
+found["namespaces"]["shared memory segment"] = ("made" if libc.shmget(0, 4096, 0o1000 | 0o600) >= 0
+                                                else os.strerror(ctypes.get_errno()))
+found["capabilities"] = [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")]
 read, write = os.pipe()
 pid = os.fork()
 if pid == 0:  # a cgroup namespace of its own, the memory hierarchies mounted, every limit file it shows opened
@@ -489,6 +564,14 @@ def confinement_checks(found: dict) -> list[HostCheck]:
         "devices", not extra and not opened,
         f"device nodes beyond {'/'.join(DEVICES)} inside: {', '.join(sorted(set(extra) | set(opened)))}"
         if extra or opened else f"/dev holds only {', '.join(DEVICES)} (and shm, fd links)", True))
+    made = sorted(name for name, said in found["namespaces"].items() if said == "made")
+    held = [c for c in found["capabilities"] if int(c, 16)]
+    checks.append(HostCheck(
+        "namespaces", not made and not held,
+        f"student code can make: {', '.join(made)}" + (f" (capabilities held: {' '.join(held)})" if held else "")
+        if made or held else
+        "student code holds no capability and can make no namespace (each tried alone: "
+        + ", ".join(found["namespaces"]) + "), mount nothing and make no shared memory segment", True))
     raised = found["limits_raised"] + (["RLIMIT_AS"] if found["rlimit_raised"] else [])
     checks.append(HostCheck(
         "own limits", not raised,

@@ -301,6 +301,21 @@ if libc.unshare(0x10000000 | 0x00020000 | 0x02000000) == 0:
 else:
     done["namespace"] = os.strerror(ctypes.get_errno())
 done["raised"] = raised
+# Issue 48: each namespace alone (one refused kind once hid the others), a mount, a System V segment.
+done["made"] = []
+for name, flag in (("mount", 0x00020000), ("cgroup", 0x02000000), ("uts", 0x04000000), ("ipc", 0x08000000),
+                   ("user", 0x10000000), ("pid", 0x20000000), ("net", 0x40000000)):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if libc.unshare(flag) == 0 else 1)
+    if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0:
+        done["made"].append(name)
+os.makedirs("/tmp/m", exist_ok=True)
+if libc.mount(b"tmpfs", b"/tmp/m", b"tmpfs", 0, None) == 0:
+    done["made"].append("tmpfs")
+libc.shmget.restype = ctypes.c_int
+if libc.shmget(0, 2**20, 0o1000 | 0o600) >= 0:
+    done["made"].append("shm segment")
 pid = os.fork()
 if pid == 0:
     block = bytearray(500 * 2**20)
@@ -334,6 +349,7 @@ def _assert_confined(done: dict) -> None:
                                 "stderr"}, done["dev"]
     assert "No such file" in done["kvm"], done["kvm"]
     assert done["raised"] == [] and done["namespace"] != "made", done
+    assert done["made"] == [], done
     assert not done["held_500_mb"]
 
 
@@ -430,19 +446,24 @@ def test_doctor_probes_each_property_from_inside_and_fails_loudly(capsys, monkey
     from autograder.__main__ import main
 
     checks = {c.name: c for c in sandbox.host_checks()}
-    for name in ("host uid", "/proc/sys", "devices", "own limits"):
+    for name in ("host uid", "/proc/sys", "devices", "namespaces", "own limits"):
         assert checks[name].required and checks[name].ok, checks[name]
     # What the probe finds in a sandbox that maps the student to the host's root and shows the host's /dev:
     broken = {"usr_owner": 0, "dev": ["kvm", "null", "sda"], "sysctl_writable": ["/proc/sys/kernel/core_pattern"],
               "devices_opened": ["kvm"], "rlimit_raised": False, "uid": 0,
               "limits_raised": ["/tmp/cgroup/memory.limit_in_bytes"], "cgroup_attempt": "namespace made",
-              "preloaded": True}
+              "preloaded": True, "capabilities": ["0000000000000000", "000001ffffffffff"],
+              # one kind refused, the others made: each is reported, none hidden by the refusal
+              "namespaces": {"mount": "made", "user": "No space left on device", "net": "made",
+                             "tmpfs mount": "made"}}
     monkeypatch.setattr(sandbox, "confinement", lambda *_: broken)  # in a fresh interpreter and a forked kernel
     monkeypatch.delenv("AUTOGRADER_FORK_SERVER", raising=False)
     assert main(["doctor"]) == 1
     printed = capsys.readouterr().out
     for text in ("FAIL  host uid{}: student code is host root", "FAIL  /proc/sys{}: 1 kernel settings writable",
                  "FAIL  devices{}: device nodes beyond null/zero/full/random/urandom inside: kvm, sda",
+                 "FAIL  namespaces{}: student code can make: mount, net, tmpfs mount (capabilities held: "
+                 "000001ffffffffff)",
                  "FAIL  own limits{}: student code may raise its own limits: /tmp/cgroup/memory.limit_in_bytes"):
         for path in ("", " (forked kernel)"):
             assert text.format(path) in printed, printed
