@@ -623,8 +623,11 @@ def host_checks() -> list[HostCheck]:
     cg = cgroups.available()
     mem = HostCheck("memory cgroup", not cg,
                     "the memory limit holds for all of a kernel's processes together" if not cg else
-                    f"{cg}: the limit holds per process (RLIMIT_AS) and for all together by polling resident memory "
-                    "every 0.1 s (a burst between two polls can exceed it briefly)", False)
+                    f"{cg}: the limit holds per process (RLIMIT_AS) and for all together by polling every 0.1 s what "
+                    "the kernel holds (resident memory, its files in memory, memory files; a burst between two polls "
+                    "can exceed it briefly, and pipes' and sockets' buffers are bounded, not counted: for a count "
+                    "of every byte, run the grader as root or with a delegated cgroup v2 memory controller, e.g. "
+                    "under `systemd-run --user --scope -p Delegate=yes`)", False)
     return [ns, mem] + (confinement_checks(confinement()) if not why else [])
 
 
@@ -657,6 +660,30 @@ def _resident_bytes(pids: list[int]) -> int:
         with contextlib.suppress(OSError, ValueError, IndexError):
             total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * page
     return total
+
+
+def _memory_file_bytes(pids: list[int]) -> int:
+    """The memory that the memory files (``memfd_create``) open in ``pids`` hold, each file once however many
+    descriptors or processes share it. Such a file's pages are in no resident set until mapped; one mapped is also
+    in the resident memory of the processes that touched it, and then counted twice (on the safe side)."""
+    seen: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                        st = os.stat(f"/proc/{pid}/fd/{fd}")
+                        seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def held_bytes(pids: list[int], files_bytes: int) -> int:
+    """All the memory a sandbox without a memory cgroup holds, as its launcher polls it: the resident memory of
+    its processes, the pages of its own tmpfs (``files_bytes``: its scratch folder, /tmp and /dev/shm) and of its
+    memory files. It has no other place to keep memory that no process's resident set shows: it can mount no
+    tmpfs, its IPC namespace allows no System V segment or message queue, and pipes' and sockets' buffers are
+    bounded by its :data:`MAX_OPEN_FILES` descriptors per process (a memory cgroup counts those too)."""
+    return _resident_bytes(pids) + files_bytes + _memory_file_bytes(pids)
 
 
 class _StderrTap:
@@ -724,12 +751,22 @@ class _Disk:
             return st.f_bavail * st.f_frsize < 16 * 4096
         return False
 
+    def used_bytes(self) -> int:
+        """What the sandbox's files hold of the tmpfs (host memory), 0 until its root is built."""
+        if self.fd is None:
+            return 0
+        with contextlib.suppress(OSError):
+            st = os.fstatvfs(self.fd)
+            return (st.f_blocks - st.f_bfree) * st.f_frsize
+        return 0
+
 
 def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cgroups.MemoryGroup | None = None,
            poll_s: float = 0.1, relay: int | None = None) -> int | None:
     """Wait for the sandbox (``child``, whose child ``kernel`` is PID 1 of its namespace); kill it past
     ``max_procs`` processes, once its disk is full, or, where no memory cgroup limits the sandbox, past its
-    memory limit in resident memory of all its processes. Say each memory-cgroup OOM kill as it happens.
+    memory limit in all the memory its processes and files hold (:func:`held_bytes`). Say each memory-cgroup OOM
+    kill as it happens.
 
     RLIMIT_NPROC cannot cap processes: it is not enforced for a grader run as root, and counts the grader's
     own threads otherwise. A fork bomb is stopped within one poll (the sandbox's memory cgroup lists its
@@ -790,7 +827,7 @@ def _watch(child: int, kernel: int, cfg: dict, tap: _StderrTap | None, group: cg
             why = ""
             if len(members) > max_procs + (1 if group is not None else 0):  # the sandbox's first process
                 why = f"more than {max_procs} processes"
-            elif memory_bytes and _resident_bytes(members) > memory_bytes:
+            elif memory_bytes and held_bytes(members, disk.used_bytes() if disk else 0) > memory_bytes:
                 why = f"over the memory limit of {memory_bytes // 2**20} MB (all its processes together)"
             elif disk is not None and disk.full():
                 why = f"over the disk limit of {cfg['disk_mb']} MB (all its files together)"

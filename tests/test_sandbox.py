@@ -637,3 +637,68 @@ print(sandbox._watch(child, 0, {"scratch": sys.argv[1]}, None, Group()))
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and done.stdout.strip() != "None", done.stdout + done.stderr
     assert sandbox.oom_note(tmp_path).read_text() == "1"
+
+
+# Issue 48: memory that no process's resident set shows (a memory file; a file in the sandbox's tmpfs, which is
+# host memory too) counts against the limit on every path: a memory cgroup (root), polling (root without one,
+# and an ordinary user, who has none on this cgroup v1 host).
+HIDDEN_MEMORY = r"""
+import os, sys, time
+chunk = b"x" * 2**22
+# Files of 50 MB each: a file (a memory file too) may not pass the sandbox's file size limit.
+if sys.argv[1] == "memfd":
+    fds = [os.memfd_create(f"hoard-{n}") for n in range(8)]
+    for fd in fds:  # 400 MB, never mapped: in no resident set
+        for _ in range(12):
+            os.write(fd, chunk)
+else:
+    for n in range(4):  # 200 MB of files in memory, then 200 MB resident
+        with open(f"/dev/shm/hoard-{n}", "wb") as f:
+            for _ in range(12):
+                f.write(chunk)
+    block = bytearray(200 * 2**20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+time.sleep(3)  # the poller's chance, were it to count only resident memory
+print("held it all", flush=True)
+"""
+
+
+def _as_nobody(config: dict, code: str, *args: str) -> subprocess.CompletedProcess:
+    """``code`` in a sandbox whose launcher runs as user nobody (an ordinary grader: no memory cgroup here), with
+    a scratch folder in a home of its own (pytest's folders are closed to other users)."""
+    import shutil
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(prefix="sandbox-nobody-"))
+    try:
+        home.chmod(0o755)
+        (home / "scratch").mkdir()
+        for p in (home, home / "scratch"):
+            os.chown(p, 65534, 65534)
+        config = {**config, "scratch": str(home / "scratch")}
+        return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m",
+                               "autograder.sandbox", json.dumps(config), "--", sys.executable, "-c", code, *args],
+                              capture_output=True, text=True, timeout=120, check=False,
+                              cwd=str(Path(__file__).parents[1]))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("hoard", ["memfd", "tmpfs"])
+@pytest.mark.parametrize("path", ["cgroup", "polling", "nobody"])
+def test_memory_in_no_resident_set_counts_against_the_limit(tmp_path, path, hoard):
+    config = {"memory_mb": 300, "disk_mb": 1000}
+    if path == "cgroup" and cgroups.available():
+        pytest.skip(cgroups.available())
+    if path == "nobody":
+        import shutil
+
+        if os.geteuid() != 0 or not shutil.which("setpriv"):
+            pytest.skip("needs root and setpriv (util-linux) to become an ordinary user for the test")
+        _skip_unless_others_can_read_the_checkout()
+        run = _as_nobody(config, HIDDEN_MEMORY, hoard)
+    else:
+        run = _sandboxed(tmp_path, HIDDEN_MEMORY, (hoard,), **config, cgroup=path == "cgroup")
+    assert "over the memory limit of 300 MB" in run.stderr, run.stderr
+    assert "held it all" not in run.stdout
