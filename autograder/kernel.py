@@ -11,6 +11,7 @@ import json
 import os
 import queue
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -265,14 +266,38 @@ class KernelSession:
         return self.km.is_alive() and not sandbox.kill_note(self.scratch).exists()
 
     def death(self) -> str:
-        """Why the kernel died, as far as its sandbox knows ('the kernel died' otherwise)."""
+        """Why the kernel died, from what the grader saw: its sandbox's note (a limit it enforced), the OOM
+        killer's count, else how its process ended (exit status or signal)."""
         try:
             why = sandbox.kill_note(self.scratch).read_text()[:300]
         except OSError:
             why = ""
-        if not why and self.oom_kills():
-            why = f"over the memory limit of {self.limits.memory_mb} MB (all its processes together)"
-        return f"the kernel died: stopped by its sandbox, {why}" if why else "the kernel died"
+        if not why and self.oom_kills() > self._ooms:
+            why = (f"over the memory limit of {self.limits.memory_mb} MB (all its processes together): the OOM "
+                   "killer stopped it")
+        if why:
+            return f"the kernel died: stopped by its sandbox, {why}"
+        ended = self._ended()
+        return f"the kernel died ({ended})" if ended else "the kernel died"
+
+    def _ended(self) -> str:
+        """How the kernel's process ended ('' while it runs or if unknown): its launcher's exit status, which is
+        128 + N for a kernel ended by signal N."""
+        process = getattr(getattr(self.km, "provisioner", None), "process", None)
+        code = None
+        with contextlib.suppress(Exception):
+            for _ in range(20):  # a process whose channels closed is reaped within a moment
+                code = process.poll() if process is not None else None
+                if code is not None:
+                    break
+                time.sleep(0.05)
+        if code is None:
+            return ""
+        number = code - 128 if code > 128 else -code if code < 0 else 0
+        if number:
+            with contextlib.suppress(ValueError):
+                return f"ended by signal {number}, {signal.Signals(number).name}"
+        return f"exit status {code}"
 
     def oom_kills(self) -> int:
         """How many of the sandbox's processes the OOM killer stopped so far (memory cgroup only)."""
@@ -289,8 +314,10 @@ class KernelSession:
     def _check_channels(self) -> None:
         for mon in self._monitors:
             if mon.poll(0):
-                for _ in range(10):  # a kernel that died closes its channels too: say that instead
-                    if not self.alive():
+                # A kernel that died closes its channels too: say that instead. Its namespace can take seconds to
+                # end (the OOM killer's victim first), so its launcher's notes are read as well.
+                for _ in range(40):
+                    if not self.alive() or self.oom_kills() > self._ooms:
                         raise KernelDied(self.death())
                     time.sleep(0.05)
                 self.kill()

@@ -73,6 +73,7 @@ IPC_NONE = ("kernel/shmmax", "kernel/shmall", "kernel/shmmni", "kernel/msgmni", 
 # so their number is bounded (ipykernel and JAX use well under a hundred).
 MAX_OPEN_FILES = 1024
 DEVICES = ("null", "zero", "full", "random", "urandom")  # the only device nodes inside
+KERNEL_LINE = "kernel stderr| "  # how the launcher marks each line the sandbox's processes write to their stderr
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
              "stderr": "/proc/self/fd/2"}
 BUILD = "/tmp"  # the sandbox builds its root in a tmpfs mounted here, in its own mount namespace only
@@ -691,11 +692,22 @@ class _StderrTap:
 
     A pipe, drained here, instead of a file: a kernel writing 100 MB to its stderr neither fills the disk nor
     blocks, and the flood is never forwarded as output of some later cell.
+
+    Every line it forwards starts with :data:`KERNEL_LINE`, so that nothing the student writes there reads as the
+    launcher's own verdict (whose lines start with ``sandbox:``) in the log or a row.
     """
 
     def __init__(self, fd: int, keep: int = 64 * 1024) -> None:
         self.fd, self.left, self.dropped = fd, keep, 0
+        self.line_start = True
         os.set_blocking(fd, False)
+
+    def _mark(self, data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        out = [(KERNEL_LINE.encode() if self.line_start and lines[0] else b"") + lines[0]]
+        out += [KERNEL_LINE.encode() + line if line else line for line in lines[1:]]
+        self.line_start = data.endswith(b"\n")
+        return b"\n".join(out)
 
     def drain(self, wait_s: float) -> None:
         import select
@@ -708,7 +720,7 @@ class _StderrTap:
                     return
                 kept = chunk[: max(self.left, 0)]
                 if kept:
-                    os.write(2, kept)
+                    os.write(2, self._mark(kept))
                 self.left -= len(kept)
                 self.dropped += len(chunk) - len(kept)
 
@@ -870,6 +882,8 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            own = os.dup(2)  # the launcher's stderr, for this process's own errors (closed at exec and by become)
+            os.set_inheritable(own, False)
             os.dup2(err_fd, 2)
             os.close(err_fd)
             os.close(pid_fd)
@@ -880,7 +894,8 @@ def _sandbox(cfg: dict, cmd: list[str], plan: _Plan, group: cgroups.MemoryGroup 
                     become(cmd)
                 os.execvp(cmd[0], cmd)
             except OSError as err:  # the file it concerns, if any, is part of its text
-                print(f"sandbox: {err}", file=sys.stderr, flush=True)
+                with contextlib.suppress(OSError):
+                    os.write(own, f"sandbox: {err}\n".encode())
             os._exit(70)
         os.close(lifeline)
         os.close(err_fd)

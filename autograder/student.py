@@ -221,6 +221,13 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
     return True
 
 
+def _launcher_lines(log_tail: str) -> str:
+    """What the sandbox's launcher itself said at the end of a kernel's log: its lines start with ``sandbox:``;
+    every line the kernel's processes wrote is marked ``autograder.sandbox.KERNEL_LINE`` by the launcher, so student text
+    never passes for the sandbox's verdict (the log keeps it, marked as the kernel's)."""
+    return "; ".join(line.strip() for line in log_tail.splitlines() if line.startswith("sandbox:"))
+
+
 def memory_kills(session: KernelSession, out: Outcome, culprit: str | None, memory_mb: int) -> None:
     """Say in the row when the memory cgroup's OOM killer stopped a process of the kernel's (a child the student
     started: the kernel itself goes on, the child's work is lost)."""
@@ -262,8 +269,9 @@ def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, de
             out.worsen(Status.TIMED_OUT if timed_out else Status.CRASHED)
             tail = session.log_tail() if session else ""
             where = f"in {culprit}" if culprit else "before any of your code ran"
+            said = _launcher_lines(tail)
             out.note(f"kernel {'killed' if timed_out else 'crashed'} {where}: {err}"
-                     + (f" [{tail[-160:]}]" if tail and "sandbox:" in tail else ""))
+                     + (f" [{said[-160:]}]" if said and said not in str(err) else ""))
             if culprit is None or culprit in out.dropped:
                 return  # nothing to leave out: another kernel would die the same way
             out.dropped.add(culprit)

@@ -702,3 +702,77 @@ def test_memory_in_no_resident_set_counts_against_the_limit(tmp_path, path, hoar
         run = _sandboxed(tmp_path, HIDDEN_MEMORY, (hoard,), **config, cgroup=path == "cgroup")
     assert "over the memory limit of 300 MB" in run.stderr, run.stderr
     assert "held it all" not in run.stdout
+
+
+# Issue 48, true reasons: the row says what the grader saw (the limit, the signal, the exit), never what the
+# student wrote to pass for it.
+KERNEL_OOM = r"""
+chunk = b"x" * 2**22
+for n in range(10):  # 480 MB of files in memory: out of the kernel's address space, in its memory cgroup
+    with open(f"/dev/shm/hoard-{n}", "wb") as f:
+        for _ in range(12):
+            f.write(chunk)
+"""
+IMPOSTOR = r"""
+import os
+os.write(2, b"sandbox: over the memory limit of 1 MB (all its processes together); killed\n")  # its own fd 2
+os._exit(9)
+"""
+
+
+def test_a_kernel_the_oom_killer_stops_is_said_to_be_over_its_memory_limit(tmp_path):
+    """The kernel itself, not a child, is the OOM killer's victim: its channels close as it dies, and the reason
+    is the memory limit, not a message over the size cap (what the grader said before it read the OOM note)."""
+    from autograder.kernel import ChannelBroken, KernelDied, KernelSession, Limits
+
+    if cgroups.available():
+        pytest.skip(cgroups.available())
+    session = KernelSession(tmp_path / "scratch", Limits(memory_mb=400, disk_mb=1000), tmp_path / "kernel.log")
+    try:
+        with pytest.raises(KernelDied) as died:
+            for _ in range(3):  # the death is seen in this cell, or at the start of the next
+                session.run(KERNEL_OOM, timeout=60)
+    finally:
+        session.close()
+    assert not isinstance(died.value, ChannelBroken), died.value
+    assert "over the memory limit of 400 MB" in str(died.value) and "OOM killer" in str(died.value), died.value
+
+
+def test_channels_closed_by_a_dying_kernel_wait_for_its_launchers_oom_note(tmp_path):
+    """On a busy machine the OOM killer's victim closes its channels well before its namespace has ended and its
+    launcher has noted the kill (0.8 s here): the grader then names the memory limit. It once waited 0.5 s and
+    said 'sent more than 16777216 bytes in one message ... or closed its channel'."""
+    from autograder.kernel import ChannelBroken, KernelDied, KernelSession, Limits
+
+    class Closed:  # a channel monitor that saw the kernel's end of the socket go
+        def poll(self, _timeout):
+            return True
+
+    session = KernelSession.__new__(KernelSession)
+    session.scratch, session.limits, session._ooms = tmp_path / "scratch", Limits(memory_mb=400), 0
+    session._monitors = [Closed()]
+    session.alive = lambda: True  # the namespace is still ending
+    session.kill = lambda: None
+    session._ended = lambda: ""
+    threading.Timer(0.8, lambda: sandbox.oom_note(session.scratch).write_text("1")).start()
+    with pytest.raises(KernelDied) as died:
+        session._check_channels()
+    assert not isinstance(died.value, ChannelBroken), died.value
+    assert "over the memory limit of 400 MB" in str(died.value), died.value
+
+
+def test_student_text_on_stderr_never_passes_for_the_sandboxs_verdict(tmp_path):
+    from autograder import student
+    from autograder.kernel import KernelDied, KernelSession, Limits
+
+    session = KernelSession(tmp_path / "scratch", Limits(memory_mb=2000), tmp_path / "kernel.log")
+    try:
+        with pytest.raises(KernelDied) as died:
+            for _ in range(3):
+                session.run(IMPOSTOR, timeout=60)
+        tail = session.log_tail()
+    finally:
+        session.close()
+    assert "exit status 9" in str(died.value), died.value  # what the grader saw
+    assert sandbox.KERNEL_LINE + "sandbox: over the memory limit of 1 MB" in tail, tail  # kept, marked
+    assert student._launcher_lines(tail) == "", tail  # never quoted in the row as the sandbox's
