@@ -223,8 +223,8 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
 
 def _launcher_lines(log_tail: str) -> str:
     """What the sandbox's launcher itself said at the end of a kernel's log: its lines start with ``sandbox:``;
-    every line the kernel's processes wrote is marked ``autograder.sandbox.KERNEL_LINE`` by the launcher, so student text
-    never passes for the sandbox's verdict (the log keeps it, marked as the kernel's)."""
+    every line the kernel's processes wrote is marked ``autograder.sandbox.KERNEL_LINE`` by the launcher, so
+    student text never passes for the sandbox's verdict (the log keeps it, marked as the kernel's)."""
     return "; ".join(line.strip() for line in log_tail.splitlines() if line.startswith("sandbox:"))
 
 
