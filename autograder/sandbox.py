@@ -571,8 +571,9 @@ def confinement_checks(found: dict) -> list[HostCheck]:
         "namespaces", not made and not held,
         f"student code can make: {', '.join(made)}" + (f" (capabilities held: {' '.join(held)})" if held else "")
         if made or held else
-        "student code holds no capability and can make no namespace (each tried alone: "
-        + ", ".join(found["namespaces"]) + "), mount nothing and make no shared memory segment", True))
+        "student code holds no capability and can make no namespace (each kind tried alone: "
+        + ", ".join(k for k in found["namespaces"] if k not in ("tmpfs mount", "shared memory segment"))
+        + "), mount no tmpfs and make no System V shared memory segment", True))
     raised = found["limits_raised"] + (["RLIMIT_AS"] if found["rlimit_raised"] else [])
     checks.append(HostCheck(
         "own limits", not raised,
