@@ -68,6 +68,30 @@ class _ThreadStream(io.TextIOBase):
         if getattr(_ROUTE, "sink", None) is None:
             self.real.flush()
 
+    # what io.TextIOBase would answer itself (None, False, UnsupportedOperation) is the real stream's: code that
+    # asks sys.stderr for its file descriptor or encoding (faulthandler, a progress bar) works as before
+    @property
+    def encoding(self) -> Any:
+        return self.real.encoding
+
+    @encoding.setter
+    def encoding(self, value: Any) -> None:
+        raise AttributeError("encoding is the real stream's")
+
+    @property
+    def errors(self) -> Any:
+        return getattr(self.real, "errors", None)
+
+    @errors.setter
+    def errors(self, value: Any) -> None:
+        raise AttributeError("errors is the real stream's")
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+    def isatty(self) -> bool:
+        return self.real.isatty()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
 
