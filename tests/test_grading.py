@@ -134,6 +134,21 @@ def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
     assert not (out / "logs" / report.INSTRUCTOR_LOG).exists(), (out / "logs" / report.INSTRUCTOR_LOG).read_text()
 
 
+def test_the_console_holds_progress_and_the_run_not_what_the_tests_printed(graded):
+    """Issue 48: each test cell's ``ex.visible_checks`` prints that its checks passed; that line is the student's
+    (their feedback keeps it), not the instructor's: the console ends with the problems and the files written."""
+    results, _, out = graded
+    console = (out.parent / "console.txt").read_text(encoding="utf-8")
+    assert "visible checks passed" not in console
+    assert any("visible checks passed" in text for text in results["alice"].outputs.values()), results["alice"]
+    lines = console.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.startswith("["))  # the last student graded
+    problems = next(i for i, line in enumerate(lines) if re.fullmatch(r"problems \(\d+\):", line))
+    ignored = next(i for i, line in enumerate(lines) if line.startswith("not graded: "))
+    assert last < problems < ignored < lines.index(f"files written in {out}:"), console
+    assert "entries of the export not unpacked or not read" in "\n".join(lines[problems:ignored]), console
+
+
 def test_untouched_notebook_scores_zero(graded):
     from autograder.student import NOT_RUN_STUB
 
