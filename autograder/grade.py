@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict
 from pathlib import Path
@@ -139,12 +140,7 @@ class _Say:
     def end(self, out_dir: Path, files: list[str]) -> None:
         """The end of the run: the problems (only if there are any), the entries that were not submissions (a
         neutral note), then the files written."""
-        if self.problems:
-            self(f"problems ({len(self.problems)}):")
-            for headline, lines in self.problems:
-                self(f"  - {headline}")
-                for line in lines:
-                    self(f"      {line}")
+        self._problems()
         if self.not_submissions:
             n = len(self.not_submissions)
             self(f"not graded: {n} {'entry' if n == 1 else 'entries'} of the export that {'is' if n == 1 else 'are'} "
@@ -154,6 +150,26 @@ class _Say:
         self(f"files written in {out_dir}:")
         for line in files:
             self(f"  {line}")
+
+    def _problems(self) -> None:
+        with self._lock:
+            problems, self.problems = self.problems, []
+        if problems:
+            self(f"problems ({len(problems)}):")
+            for headline, lines in problems:
+                self(f"  - {headline}")
+                for line in lines:
+                    self(f"      {line}")
+
+    @contextlib.contextmanager
+    def stopped_runs_say_their_problems(self) -> Iterator[None]:
+        """A run that stops with an error (the gradebook failed twice, an interrupt) still prints the problems
+        kept so far, before the error."""
+        try:
+            yield
+        except BaseException:
+            self._problems()
+            raise
 
 
 _LISTED = 20  # entries of the export listed on the console per section (submissions.csv has them all)
@@ -257,7 +273,7 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     for sub in ("feedback", "results", "logs"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
     ch = align.load_chapter(solution)
-    with tempfile.TemporaryDirectory(prefix="grade-") as tmp:
+    with say.stopped_runs_say_their_problems(), tempfile.TemporaryDirectory(prefix="grade-") as tmp:
         work = Path(tmp)
         mapping = submissions.collect(source, chapter, course.chapter_names(root), work, roster,
                                       released=root / "chapters")
