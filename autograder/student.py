@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autograder import align, submissions
+from autograder import align, sandbox, submissions
 from autograder.judge import Judge, Verdict
 from autograder.kernel import KernelDied, KernelSession, KernelStartFailed, KernelTimedOut, Limits
 from autograder.pool import KernelPool
@@ -223,9 +223,17 @@ def _replay(shared: Shared, group: Group, plan: align.Plan, out: Outcome, sessio
 
 def _launcher_lines(log_tail: str) -> str:
     """What the sandbox's launcher itself said at the end of a kernel's log: its lines start with ``sandbox:``;
-    every line the kernel's processes wrote is marked ``autograder.sandbox.KERNEL_LINE`` by the launcher, so
+    every line the kernel's processes wrote is marked :data:`sandbox.KERNEL_LINE` by the launcher, so
     student text never passes for the sandbox's verdict (the log keeps it, marked as the kernel's)."""
     return "; ".join(line.strip() for line in log_tail.splitlines() if line.startswith("sandbox:"))
+
+
+def _kernel_last_line(log_tail: str) -> str:
+    """The last non-empty line the kernel's own processes wrote to their stderr (student text: the row quotes it
+    as such, e.g. a 'Fatal Python error' before a crash)."""
+    mine = [line[len(sandbox.KERNEL_LINE):].strip() for line in log_tail.splitlines()
+            if line.startswith(sandbox.KERNEL_LINE) and line[len(sandbox.KERNEL_LINE):].strip()]
+    return mine[-1] if mine else ""
 
 
 def memory_kills(session: KernelSession, out: Outcome, culprit: str | None, memory_mb: int) -> None:
@@ -269,9 +277,10 @@ def grade_group(shared: Shared, group: Group, plan: align.Plan, out: Outcome, de
             out.worsen(Status.TIMED_OUT if timed_out else Status.CRASHED)
             tail = session.log_tail() if session else ""
             where = f"in {culprit}" if culprit else "before any of your code ran"
-            said = _launcher_lines(tail)
+            said, theirs = _launcher_lines(tail), _kernel_last_line(tail)
             out.note(f"kernel {'killed' if timed_out else 'crashed'} {where}: {err}"
-                     + (f" [{said[-160:]}]" if said and said not in str(err) else ""))
+                     + (f" [{said[-160:]}]" if said and said not in str(err) else "")
+                     + (f" [last line your kernel wrote to its stderr: {theirs[-160:]}]" if theirs else ""))
             if culprit is None or culprit in out.dropped:
                 return  # nothing to leave out: another kernel would die the same way
             out.dropped.add(culprit)

@@ -167,7 +167,8 @@ IGNORE_SIGINT = _nb(**{MIXED: "import signal, time\nsignal.signal(signal.SIGINT,
 FLOOD = _nb(**{MIXED: "import sys\nfor _ in range(200):\n    sys.stdout.write('x' * 100_000 + '\\n')\n" + _wrong(MIXED)})
 HOG = _nb(**{MIXED: "hog = bytearray(64 * 2**30)\n" + SOL[course.answer_id(MIXED)],
              GPU: "def gpu_critical_batch(a, b):\n    hog = bytearray(64 * 2**30)\n    return a / 2 / b\n"})
-# the crash's detail quotes the kernel's last "sandbox:" line: this one is markup that would act as HTML
+# the crash's detail quotes the last line the kernel wrote to its stderr, as the student's: this one imitates the
+# sandbox's verdict and is markup that would act as HTML
 MARKUP = '<img src=x onerror="document.title=1"> [click](javascript:alert(1))'
 CRASH = _nb(**{GPU: f"import os\nos.write(2, b'sandbox: {MARKUP}\\n')\nos._exit(3)\n"})
 BOUNDS = "ch01-roofline-bounds"
@@ -365,7 +366,9 @@ def test_what_a_kernel_printed_shows_as_text_in_formgrader_and_nbgraders_feedbac
     for page in [html, *(markdown2html_mistune(c) for c in comments)]:
         Tags().feed(page)
     assert acting == []
-    assert f"[sandbox: {MARKUP}]" in "".join(text)  # the summary shows it, as text
+    # the summary shows it, as text and as the student's, not as the sandbox's verdict
+    assert f"[last line your kernel wrote to its stderr: sandbox: {MARKUP}]" in "".join(text)
+    assert f"[sandbox: {MARKUP}]" not in res["crash"].detail and "exit status 3" in res["crash"].detail
 
 
 def test_colab_stripped_notebook_is_graded_in_full(run):
