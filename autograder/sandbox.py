@@ -46,7 +46,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -616,21 +616,23 @@ class HostCheck:
     required: bool  # False: grading goes on without it, in a weaker way the detail names
 
 
-def host_checks() -> list[HostCheck]:
-    """What the sandbox needs from this host, checked (``python -m autograder doctor`` prints them)."""
+def host_checks() -> Iterator[HostCheck]:
+    """What the sandbox needs from this host, checked, each yielded as soon as it is known (``python -m autograder
+    doctor`` prints each before the next one runs: the confinement probe takes seconds)."""
     why = available()
-    ns = HostCheck("user namespaces", not why,
-                   "a fresh root with only Python, the environment and the allowed part of scalelib; no network; "
-                   "own PIDs" if not why else f"{why}. " + " ".join(hints()), True)
+    yield HostCheck("user namespaces", not why,
+                    "a fresh root with only Python, the environment and the allowed part of scalelib; no network; "
+                    "own PIDs" if not why else f"{why}. " + " ".join(hints()), True)
     cg = cgroups.available()
-    mem = HostCheck("memory cgroup", not cg,
+    yield HostCheck("memory cgroup", not cg,
                     "the memory limit holds for all of a kernel's processes together" if not cg else
                     f"{cg}: the limit holds per process (RLIMIT_AS) and for all together by polling every 0.1 s what "
                     "the kernel holds (resident memory, its files in memory, memory files; a burst between two polls "
                     "can exceed it briefly, and pipes' and sockets' buffers are bounded, not counted: for a count "
                     "of every byte, run the grader as root or with a delegated cgroup v2 memory controller, e.g. "
                     "under `systemd-run --user --scope -p Delegate=yes`)", False)
-    return [ns, mem] + (confinement_checks(confinement()) if not why else [])
+    if not why:
+        yield from confinement_checks(confinement())
 
 
 _PROBED: str | None = None
