@@ -22,7 +22,38 @@ _NUMBER_TYPES = (int, float)
 
 
 class ExerciseError(AssertionError):
-    """A check failed; the message says which value was wrong and what was expected."""
+    """A check failed; the message says which value was wrong and what was expected.
+
+    In IPython (Jupyter, Colab) the failure shows as one line, the message, rather than a traceback into this
+    module, which says nothing the message does not; ``%tb`` in the next cell shows the whole traceback. Outside
+    IPython (the grader, pytest) it is an ``AssertionError`` like any other: its type, message and traceback are
+    untouched.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython prints for this error: one line while the error is the one being handled (the cell that
+        raised it), the full traceback when asked again later (``%tb``, which re-shows the last error)."""
+        import sys
+
+        if sys.exc_info()[1] is self:
+            return [f"\x1b[1;31m{type(self).__name__}\x1b[0m: {self}   (run %tb in a new cell for the full traceback)"]
+        return _full_traceback(self)
+
+
+def _full_traceback(err: BaseException) -> list[str]:
+    """``err``'s traceback as IPython formats any other error's (colours, context lines), or Python's plain form
+    where IPython is not running or cannot format it."""
+    import traceback
+
+    try:
+        from IPython import get_ipython
+
+        shell = get_ipython()
+        if shell is not None:
+            return list(shell.InteractiveTB.structured_traceback(type(err), err, err.__traceback__))
+    except Exception:  # an IPython whose formatter differs: the plain form still says everything
+        pass
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__)).splitlines()
 
 
 def plain_number(value: object, name: str = "answer") -> float:

@@ -1,7 +1,13 @@
+import re
+import traceback
+
+import nbformat
 import numpy as np
 import pytest
+from nbclient import NotebookClient
 
 from scalelib import exercise as ex
+from tests.conftest import IpcKernelManager
 
 
 class EqualsEverything(float):
@@ -146,3 +152,46 @@ def test_array_messages_name_the_element_the_values_and_the_tolerance():
         ex.check_array_close(got, want, 1e-9, 0.5, "grid")
     assert str(err.value) == ("grid: 1 of 4 entries differ; e.g. element (1, 1) is 1000.9, expected 1000 "
                               "(tolerance: relative 1e-9, absolute 0.5)")
+
+
+# -- a wrong answer reads as one line in the notebook (issue 49) ----------------------------------------------------
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _plain(lines) -> list[str]:
+    return _ANSI.sub("", "\n".join(lines)).splitlines()
+
+
+def test_a_failed_visible_check_shows_one_line_in_a_kernel_and_tb_shows_the_traceback(tmp_path, monkeypatch):
+    """A Jupyter kernel (ipykernel's shell, as Lab and Colab run one) shows a failed check as its message alone,
+    one line that names %tb; %tb in the next cell then shows the traceback down to the check that raised."""
+    monkeypatch.delenv(ex.STRICT_ENV, raising=False)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("from scalelib import exercise as ex"),
+        nbformat.v4.new_code_cell("with ex.visible_checks('ch01-a'):\n"
+                                  "    ex.check_close(1.0, 2.0, 1e-9, 'lower bound')"),
+        nbformat.v4.new_code_cell("%tb"),
+    ])
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, kernel_manager_class=IpcKernelManager,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    message = "lower bound = 1, expected 2 (tolerance: relative 1e-9)"
+    (shown,) = [o for o in nb.cells[1].outputs if o.output_type == "error"]
+    assert shown.ename == "ExerciseError" and shown.evalue == message  # what a front end or nbgrader reads as text
+    (line,) = _plain(shown.traceback)  # one line: no traceback wall, no frame of scalelib/exercise.py
+    assert line.startswith(f"ExerciseError: {message}") and "%tb" in line
+    again = [o for o in nb.cells[2].outputs if o.output_type == "error"]
+    assert len(again) == 1, nb.cells[2].outputs
+    full = "\n".join(_plain(again[0].traceback))
+    assert "Traceback" in full and "exercise.py" in full and "check_close" in full and "ch01-a" in full, full
+    assert full.rstrip().endswith(f"ExerciseError: {message}")
+
+
+def test_outside_ipython_a_failed_check_is_a_plain_assertion_error():
+    """The grader and pytest see the same error as before: an AssertionError whose text is the message."""
+    with pytest.raises(AssertionError) as err, ex.visible_checks("ch01-a"):
+        ex.check_close(1.0, 2.0, 1e-9, "lower bound")
+    assert f"{type(err.value).__name__}: {err.value}" == \
+        "ExerciseError: lower bound = 1, expected 2 (tolerance: relative 1e-9)"
+    assert any(frame.name == "check_close" for frame in traceback.extract_tb(err.value.__traceback__))
+    assert "\n".join(err.value._render_traceback_()).count("check_close") >= 1  # not being handled: the full form
