@@ -135,11 +135,58 @@ def check_array_close(got: object, want: object, rtol: float, atol: float, name:
         )
 
 
+# ---------------------------------------------------------------- the answer rule
+# One rule for every exercise, used by its visible checks and its hidden checks alike, so that an answer that passes
+# in the notebook is never refused for its container when graded, nor the reverse:
+#   * several values returned together ("a pair of seconds", "(steps, comms_s)") may come as a tuple, a list, or a
+#     1-D NumPy or JAX array of that length: :func:`unpack`;
+#   * a list of any length ("one row per tick") may be a list or a tuple (or a 1-D array): :func:`sequence`;
+#   * each number in them may be a Python int or float, a NumPy scalar or a 0-d array: :func:`plain_number`;
+#   * a yes/no may be a Python bool, a NumPy bool or a 0-d boolean array, never a number: :func:`plain_bool`.
+# A test that truly needs another type (a dict with named entries, a string) says so in its visible check first.
+
+
+def _is_vector(value: object) -> bool:
+    """Whether ``value`` is a 1-D NumPy or JAX array."""
+    module = type(value).__module__
+    return (type(value) is np.ndarray or module.startswith("jax")) and getattr(value, "ndim", None) == 1
+
+
 def unpack(got: object, n: int, what: str) -> tuple:
-    """``got`` as a tuple of ``n`` values (for answers that return several numbers)."""
+    """``got`` as a tuple of its ``n`` values: a tuple, a list or a 1-D array of length ``n`` (see the rule above)."""
+    if _is_vector(got):
+        got = tuple(np.asarray(got))
     if type(got) not in (tuple, list) or len(got) != n:  # type: ignore[arg-type]
-        raise ExerciseError(f"{what}: return a tuple of {n} values, got {got!r:.80}")
+        kind = f"{len(got)} values" if type(got) in (tuple, list) else f"a {type(got).__name__}"  # type: ignore[arg-type]
+        raise ExerciseError(f"{what} must return {n} values (a tuple, a list or a 1-D array of {n}), got {kind}: "
+                            f"{_clip(got)}")
     return tuple(got)  # type: ignore[arg-type]
+
+
+def sequence(got: object, what: str) -> list:
+    """``got`` as a list: a list, a tuple or a 1-D array of any length (see the rule above)."""
+    if _is_vector(got):
+        return list(np.asarray(got))
+    if type(got) not in (tuple, list):
+        raise ExerciseError(f"{what} must be a list (or a tuple), got a {type(got).__name__}: {_clip(got)}")
+    return list(got)  # type: ignore[call-overload]
+
+
+def plain_bool(value: object, name: str = "answer") -> bool:
+    """``value`` as a Python bool: a bool, a NumPy bool or a 0-d boolean array; a number (0, 1) is refused."""
+    if type(value) is bool:
+        return value
+    array = type(value) is np.ndarray or type(value).__module__.startswith("jax")
+    if isinstance(value, np.bool_) or (array and getattr(value, "shape", None) == ()
+                                       and np.asarray(value).dtype == np.bool_):
+        return bool(np.asarray(value).item())
+    raise ExerciseError(f"{name} must be True or False, got a {type(value).__name__}: {_clip(value)}")
+
+
+def _clip(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut at ``limit`` characters with a note of how much was left out (never mid-number silently)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 def check_equal(got: Any, want: Any, what: str) -> None:

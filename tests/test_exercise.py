@@ -100,7 +100,7 @@ def test_visible_checks_raise_wrong_answers_other_errors_and_anything_when_stric
 def test_unpack_and_check_equal():
     assert ex.unpack([1, 2], 2, "pair") == (1, 2)
     for bad in ((1, 2, 3), 5, "ab"):
-        with pytest.raises(ex.ExerciseError, match="return a tuple of 2 values"):
+        with pytest.raises(ex.ExerciseError, match="pair must return 2 values"):
             ex.unpack(bad, 2, "pair")
     ex.check_equal((1, 2), (1, 2), "shape")
     with pytest.raises(ex.ExerciseError, match=r"shape = \(1, 3\), expected \(1, 2\)"):

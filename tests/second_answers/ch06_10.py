@@ -692,7 +692,7 @@ def ring_matmul_times(kind, batch, k, n_out, axis_size, batch_shards, flops_per_
     sends = axis_size - 1                                  # the last round computes only
     overlapped = sends * max(chunk, message) + chunk
     serial = axis_size * chunk + sends * message
-    return overlapped, serial, bool(message <= chunk)
+    return [overlapped, serial, np.less_equal(message, chunk)]  # a list, and a NumPy bool
 """,
         "ch10-hiding-width": """
 def min_hiding_dim(flops_per_s, link_bytes_per_s, dtype_bytes, axis_size):

@@ -38,7 +38,7 @@ def matmul_time_s(batch, d, f, flops_per_s, hbm_bytes_per_s):
     work = batch * f * (2 * d)
     times = {"math": work / flops_per_s, "memory": moved / hbm_bytes_per_s}
     slowest = max(times, key=times.get)
-    return times[slowest], times["math"] >= times["memory"]
+    return times[slowest], np.bool_(times["math"] >= times["memory"])  # a NumPy bool
 """,
     "ch11-q1-5-on-chip": """
 def on_chip_bytes(sms, smem_per_sm_bytes, subpartitions, registers_per_subpartition):
