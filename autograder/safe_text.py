@@ -9,6 +9,11 @@ kernel printed) must not drive the grader's terminal or a spreadsheet:
   is kept (``zoë``, ``王芳``). Backslashes are kept as they are, so escaping twice changes nothing; a name that
   itself contains such escape text reads the same as one with the character (the export still has the original).
   :func:`unescape` turns the escapes back into characters.
+- :func:`printable_lines`: the same, with line breaks and tabs kept: for what a student's code printed or raised,
+  or their code itself, on a page or in a notebook a person opens (the feedback page, formgrader's graded copies,
+  Gradescope's and PrairieLearn's results). A terminal's escape sequences (CSI, OSC, and the C1 forms such as
+  ``\x9b``), which JupyterLab itself acts on in a notebook's output, and bidirectional overrides, which reorder
+  what an instructor reads, then show as text: ``\x1b[2J``, ``\u202egnp.exe``.
 - :func:`cell`: a CSV cell, the way OWASP's CSV-injection guidance says: text is escaped as above, a text cell
   beginning with ``=``, ``+``, ``-``, ``@``, tab or carriage return (or an apostrophe, so that the rule can be
   undone) gets one leading apostrophe, and :func:`csv_text` quotes every text cell; numbers stay bare numbers
@@ -38,6 +43,7 @@ from collections.abc import Iterable, Sequence
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 _ESCAPED_CATEGORIES = {"Cc", "Cf", "Cs", "Zl", "Zp"}
 _ESCAPE = re.compile(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))")
+_CONTROL_BUT_LINES = re.compile(r"[^\t\n\x20-\x7e]")  # in ASCII text: any character but tab, newline, printables
 _MD_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
 _MD_ACTIVE = re.compile(r"([\\<\[])")
 
@@ -54,6 +60,15 @@ def printable(text: str) -> str:
     if text.isprintable() and text.isascii():
         return text
     return "".join(_escape(c) if unicodedata.category(c) in _ESCAPED_CATEGORIES else c for c in text)
+
+
+def printable_lines(text: str) -> str:
+    """``text`` as :func:`printable` writes it, except that its line breaks (``\\n``; ``\\r\\n`` counts as one) and
+    tabs are kept; a lone ``\\r``, which would overwrite a line where outputs are shown, is escaped too."""
+    if text.isascii() and not _CONTROL_BUT_LINES.search(text):
+        return text
+    lines = text.replace("\r\n", "\n").split("\n")
+    return "\n".join("\t".join(printable(part) for part in line.split("\t")) for line in lines)
 
 
 def unescape(text: str) -> str:

@@ -1,6 +1,7 @@
-"""autograder.safe_text's Markdown escapes, rendered by the Markdown-to-HTML filter formgrader and nbgrader's feedback
-use (nbconvert's, which passes raw HTML and link targets through)."""
+"""autograder.safe_text: the Markdown escapes, rendered by the Markdown-to-HTML filter formgrader and nbgrader's
+feedback use (nbconvert's, which passes raw HTML and link targets through), and the escapes of what pages show."""
 
+import unicodedata
 from html.parser import HTMLParser
 
 import pytest
@@ -55,3 +56,34 @@ def test_plain_text_is_kept_as_it_is():
     assert safe_text.markdown_inert("critical batch = 240.0, got 120 (off by 2x)") == (
         "critical batch = 240.0, got 120 (off by 2x)")  # formgrader shows comments as plain text
     assert safe_text.markdown_inert("line one\nline two") == "line one\nline two"
+
+
+# Issue 48: what a student's code printed or raised, as the grader keeps it (results/*.json hold it raw): a screen
+# clear and a window title (CSI, OSC), a file name reversed by a bidirectional override, a C1 control that a
+# terminal reads as CSI, the other bidirectional controls, NUL, DEL and a lone carriage return
+STUDENT_OUTPUT = ("cleared \x1b[2J\x1b]0;pwned\x07\nreversed \u202egnp.exe\tC1 \x9b31m isolates \u2066x\u2069 "
+                  "marks \u200e\u200f\u061c nul \x00 del \x7f back\rover")
+SHOWN = ["\\x1b[2J\\x1b]0;pwned\\x07", "\\u202egnp.exe", "\\x9b31m", "\\u2066x\\u2069", "\\u200e\\u200f\\u061c",
+         "\\x00", "\\x7f", "back\\x0dover"]
+
+
+def raw_controls(text: str) -> list[str]:
+    """The control, format and separator characters in ``text``, but newline and tab."""
+    return sorted({c for c in text if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") and c not in "\n\t"})
+
+
+def assert_shown_escaped(text: str) -> None:
+    """``text`` (a page, a notebook's string) shows :data:`STUDENT_OUTPUT` escaped and holds none of it raw."""
+    assert raw_controls(text) == [], [safe_text.printable(c) for c in raw_controls(text)]
+    missing = [s for s in SHOWN if s not in text]
+    assert not missing, (missing, text)
+
+
+def test_printable_lines_keeps_lines_and_tabs_and_escapes_every_other_control():
+    shown = safe_text.printable_lines(STUDENT_OUTPUT)
+    assert_shown_escaped(shown)
+    assert shown.split("\n")[0] == "cleared \\x1b[2J\\x1b]0;pwned\\x07" and "\tC1 " in shown
+    assert safe_text.printable_lines(shown) == shown  # escaping twice changes nothing
+    assert safe_text.printable_lines("a\r\nb") == "a\nb"
+    plain = "Traceback (most recent call last):\n\tx = 1 / 0\nZeroDivisionError: division by zero — zoë 王芳"
+    assert safe_text.printable_lines(plain) == plain
