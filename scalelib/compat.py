@@ -243,3 +243,16 @@ def no_cluster_found(err: BaseException) -> bool:
     ``ValueError('coordinator_address should be defined.')`` (the same text from 0.7.2 to 0.10.2).
     """
     return isinstance(err, ValueError) and "coordinator_address should be defined" in str(err)
+
+
+def wait_at_barrier(barrier_id: str, timeout_s: int) -> None:
+    """Wait until every process of the job has reached the barrier ``barrier_id`` (at most ``timeout_s``).
+
+    The barrier lives in ``jax.distributed``'s coordination service, not in gloo: unlike a collective, it has
+    no fixed 30 s limit for the others to arrive, and it runs no program on the devices. The client is private
+    (``jax._src.distributed.global_state.client``) but has the same ``wait_at_barrier(id, timeout_ms)`` from
+    0.7.2 to 0.10.2. Raises JAX's runtime error (DEADLINE_EXCEEDED) when the time runs out.
+    """
+    from jax._src import distributed as jax_distributed  # private, but stable across the supported range
+
+    jax_distributed.global_state.client.wait_at_barrier(barrier_id, int(timeout_s * 1000))

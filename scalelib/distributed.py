@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import faulthandler
 import io
+import itertools
 import os
 import runpy
 import signal
@@ -56,6 +57,15 @@ ENV_LAUNCH_ID = "SCALELIB_LAUNCH_ID"  # one id per launch, on every process it s
 ENV_LAUNCHER_PID = "SCALELIB_LAUNCHER_PID"  # the launcher's pid: a process dies with its launcher
 ENV_NATIVE_STDOUT_FD = "SCALELIB_NATIVE_STDOUT_FD"  # the pipe that takes file descriptor 1 (see native_stdout_apart)
 STACK_SIGNAL = signal.SIGUSR1  # the launcher sends it to a hung process to print its Python stack
+
+# Every wait between processes that a user can meet, in seconds: the variable that sets it and its default. The
+# launcher passes them on to its processes; a scheduler's tasks read them from the job's environment. gloo's own
+# 30 s (a collective whose members arrive that far apart) cannot be set in JAX, so scalelib never lets one rank
+# reach a collective while another still works alone: it meets the others at ``barrier`` first.
+ENV_INIT_TIMEOUT = "SCALELIB_INIT_TIMEOUT_S"  # initialize(): every process joins jax.distributed
+ENV_BARRIER_TIMEOUT = "SCALELIB_BARRIER_TIMEOUT_S"  # barrier(): every process reaches the same point
+ENV_HEARTBEAT_TIMEOUT = "SCALELIB_HEARTBEAT_TIMEOUT_S"  # JAX declares a silent process dead
+TIMEOUT_DEFAULTS_S = {ENV_INIT_TIMEOUT: 120, ENV_BARRIER_TIMEOUT: 600, ENV_HEARTBEAT_TIMEOUT: 100}
 
 
 class DistributedSetupError(RuntimeError):
@@ -128,6 +138,22 @@ def cluster_processes(environ: dict[str, str] | None = None) -> int | None:
     return None
 
 
+def timeout_setting(name: str, environ: dict[str, str] | None = None) -> int:
+    """The wait ``name`` (one of ``TIMEOUT_DEFAULTS_S``) in whole seconds: the environment's value, else its default."""
+    env = os.environ if environ is None else environ
+    text = env.get(name, "").strip()
+    if not text:
+        return TIMEOUT_DEFAULTS_S[name]
+    try:
+        seconds = int(text)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise DistributedSetupError(f"{name}={text!r}: give a whole number of seconds, 1 or more "
+                                    f"(default {TIMEOUT_DEFAULTS_S[name]})")
+    return seconds
+
+
 def port_is_free(port: int) -> bool:
     """True if a TCP server could listen on ``port`` on this host, as JAX's coordinator will ([::]:port)."""
     for family, address in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
@@ -142,13 +168,15 @@ def port_is_free(port: int) -> bool:
     return False
 
 
-def initialize(local_devices: int | None = None, *, timeout_s: int = 120) -> ProcessInfo:
+def initialize(local_devices: int | None = None, *, timeout_s: int | None = None) -> ProcessInfo:
     """Join this process to the job (or run alone) and check that every process has as many devices.
 
     ``local_devices``: CPU devices for this process (ignored on GPUs and TPUs); under the launcher it
     must agree with ``--local-devices`` or be None. ``timeout_s``: how long to wait for every process
-    to join. A second call returns the same information; in a process where JAX already runs alone
-    (a notebook, a test session) it only checks the devices.
+    to join (default: ``SCALELIB_INIT_TIMEOUT_S``, else 120). A process that stays silent for
+    ``SCALELIB_HEARTBEAT_TIMEOUT_S`` (default 100, JAX's own) is taken for dead and the job fails. A
+    second call returns the same information; in a process where JAX already runs alone (a notebook,
+    a test session) it only checks the devices.
     """
     import jax
 
@@ -171,20 +199,21 @@ def initialize(local_devices: int | None = None, *, timeout_s: int = 120) -> Pro
         if count is not None:
             devices.request_cpu_devices(count)
         compat.use_cpu_collectives()
-        source = _join(env, timeout_s)
+        source = _join(env, timeout_setting(ENV_INIT_TIMEOUT) if timeout_s is None else timeout_s,
+                       timeout_setting(ENV_HEARTBEAT_TIMEOUT))
     check_device_counts(env.local_devices if env else local_devices, exact=env is not None)
     return ProcessInfo(jax.process_index(), jax.process_count(), jax.local_device_count(), jax.device_count(),
                        jax.devices()[0].platform, source)
 
 
-def _join(env: LaunchEnv | None, timeout_s: int) -> str:
+def _join(env: LaunchEnv | None, timeout_s: int, heartbeat_s: int) -> str:
     import jax
 
     from scalelib import compat
 
     if env is None:
         try:
-            jax.distributed.initialize(initialization_timeout=timeout_s)
+            jax.distributed.initialize(initialization_timeout=timeout_s, heartbeat_timeout_seconds=heartbeat_s)
         except ValueError as err:
             if compat.no_cluster_found(err):
                 return "single process"
@@ -195,7 +224,8 @@ def _join(env: LaunchEnv | None, timeout_s: int) -> str:
     if env.process_id == 0 and not port_is_free(port):
         raise DistributedSetupError(f"the coordinator port {port} is already in use on this host (is an earlier "
                                     "run still alive?); pick another with --port, or leave --port out for a free one")
-    jax.distributed.initialize(env.coordinator, env.num_processes, env.process_id, initialization_timeout=timeout_s)
+    jax.distributed.initialize(env.coordinator, env.num_processes, env.process_id, initialization_timeout=timeout_s,
+                               heartbeat_timeout_seconds=heartbeat_s)
     # The launcher stops processes with SIGTERM, which JAX's preemption notifier would otherwise swallow.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     faulthandler.register(STACK_SIGNAL, all_threads=True)
@@ -323,17 +353,33 @@ def broadcast_from_first(tree: Any) -> Any:
     return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(tree))  # (alone: the tree as numpy)
 
 
-def barrier(name: str) -> None:
-    """Wait until every process reaches this point (a no-op alone).
+_barrier_count = itertools.count()  # every process calls barrier() in the same order, so the counts agree
 
-    Call it after work whose length varies between processes (compiling, loading) and before new
-    collectives: the first collective over a new group of devices waits only 30 s for every member.
+
+def barrier(name: str, timeout_s: int | None = None) -> None:
+    """Wait until every process reaches this point (a no-op alone), at most ``timeout_s`` (default:
+    ``SCALELIB_BARRIER_TIMEOUT_S``, else 600).
+
+    Call it after work whose length varies between processes (compiling, loading, anything one
+    process does alone) and before new collectives: gloo gives the members of a collective a fixed
+    30 s to arrive, which a busy machine or a slow first step can overrun. The wait is
+    ``jax.distributed``'s own barrier (the coordination service), not a collective, so its only limit
+    is the one given here.
     """
     import jax
-    from jax.experimental import multihost_utils
 
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
+    from scalelib import compat
+
+    if jax.process_count() == 1:
+        return
+    wait_s = timeout_setting(ENV_BARRIER_TIMEOUT) if timeout_s is None else timeout_s
+    barrier_id = f"scalelib.barrier.{next(_barrier_count)}.{name}"
+    try:
+        compat.wait_at_barrier(barrier_id, wait_s)
+    except Exception as err:  # JAX's runtime error, DEADLINE_EXCEEDED or a peer gone
+        raise DistributedSetupError(f"barrier {name!r}: not every process arrived within {wait_s} s ({err}). A "
+                                    f"slow process needs a longer {ENV_BARRIER_TIMEOUT}; one that never arrives "
+                                    "is stuck elsewhere, or reached a different barrier") from err
 
 
 # ------------------------------------------------------------------ python -m scalelib.distributed

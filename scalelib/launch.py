@@ -292,8 +292,14 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
     elif not distributed.port_is_free(port):
         raise LaunchError(f"port {port} is already in use on this host (an earlier run still alive?); pick "
                           "another with --port, or leave --port out to get a free one")
+    try:
+        for name in distributed.TIMEOUT_DEFAULTS_S:
+            distributed.timeout_setting(name)  # refused here, before any process starts
+    except distributed.DistributedSetupError as bad:
+        raise LaunchError(str(bad)) from None
     launch_id = uuid.uuid4().hex
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SCALELIB_")}
+    # a launcher's own variables are not inherited from an outer launch; the waits a user set are passed on
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCALELIB_") or k in distributed.TIMEOUT_DEFAULTS_S}
     base.update({"JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", distributed.ENV_LAUNCH_ID: launch_id,
                  distributed.ENV_LAUNCHER_PID: str(os.getpid()),
                  distributed.ENV_COORDINATOR: f"localhost:{port}", distributed.ENV_NUM_PROCESSES: str(processes),
@@ -313,8 +319,8 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
         noticed = time.monotonic()
         report = [] if status == INTERRUPT_STATUS else list(failed)
         dump = status == TIMEOUT_STATUS
-        if failed and not dump and status != INTERRUPT_STATUS:
-            cause = _timed_out_rank(ranks, failed[0])
+        if failed and not dump and status != INTERRUPT_STATUS and ranks[failed[0]].proc.returncode != -signal.SIGKILL:
+            cause = _timed_out_rank(ranks, failed[0])  # (SIGKILL comes from outside: the killed rank is the cause)
             if cause is not None:
                 failed, status = [cause.rank], shell_status(cause.proc.returncode)
                 message = f"rank {cause.rank} {describe_status(cause.proc.returncode)}{COLLECTIVE_HINT}"
@@ -325,12 +331,18 @@ def launch(target: Sequence[str], processes: int, local_devices: int, *, timeout
         _stop(ranks, dump_stacks=False)
         _kill_leftovers(launch_id)
         _restore(previous)
-    for r in ranks:
-        r.join(1.0)
+    _join_all(ranks, 1.0)
     if failed:
         _report(ranks, report, message, show_all, err, lock)
     return LaunchResult(status, tuple(_rank_result(r) for r in ranks), tuple(failed), message,
                         time.monotonic() - start, stop_s, launch_id)
+
+
+def _join_all(ranks: list[_Rank], timeout_s: float) -> None:
+    """Let every rank's output threads read what is left, all within one ``timeout_s`` (not one per rank)."""
+    deadline = time.monotonic() + timeout_s
+    for r in ranks:
+        r.join(max(0.0, deadline - time.monotonic()))
 
 
 def _supervise(ranks: list[_Rank], start: float, timeout_s: float,

@@ -258,16 +258,33 @@ def test_selfcheck_through_srun(slurm):
     _selfcheck_ran(run(cmd, slurm.env, timeout_s=600), "srun", SRUN_CHECK)
 
 
+README_MPIRUN = "mpirun --bind-to none -np 2 python -m scalelib.parallel.selfcheck"  # as the README writes it
+README_AS_ROOT = "mpirun --allow-run-as-root --bind-to none -np 2 ..."  # and what it says to add as root
+
+
+def readme_mpirun(*args: str) -> list[str]:
+    """The README's mpirun line as written (``python`` is this interpreter), with ``--allow-run-as-root`` first
+    when run as root, as the README says, and ``args`` after it."""
+    readme = (ROOT / "README.md").read_text()
+    assert f"`{README_MPIRUN}`" in readme and f"`{README_AS_ROOT}`" in readme
+    cmd = [sys.executable if word == "python" else word for word in README_MPIRUN.split()]
+    return [cmd[0], *(["--allow-run-as-root"] if os.geteuid() == 0 else []), *cmd[1:], *args]
+
+
 @pytest.mark.sweep
 def test_selfcheck_through_mpirun(tmp_path):
+    """The README's line, as written: each rank may use every core (Open MPI's default binds each to one),
+    and the selfcheck passes."""
     _skip_without(("mpirun",), "openmpi-bin")
     token = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALELIB_", "OMPI_", "PMI"))}
     env.update({MARKER: token, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "-m",
-           "scalelib.parallel.selfcheck", MPIRUN_CHECK]
+    cores = "import os; print('cores', len(os.sched_getaffinity(0)))"
     try:
-        _selfcheck_ran(run(cmd, env, timeout_s=600), "mpirun", MPIRUN_CHECK)
+        bound = run([*readme_mpirun()[:-2], "-c", cores], env, timeout_s=120)
+        assert bound.returncode == 0, bound.stdout + bound.stderr
+        assert bound.stdout.split() == ["cores", str(len(os.sched_getaffinity(0)))] * 2, bound.stdout
+        _selfcheck_ran(run(readme_mpirun(MPIRUN_CHECK), env, timeout_s=600), "mpirun", MPIRUN_CHECK)
     finally:
         _sweep(token)
 

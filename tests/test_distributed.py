@@ -115,3 +115,21 @@ def test_runner_exits_with_the_script_status(tmp_path):
     assert three.returncode == 3
     assert boom.returncode == 1 and "KeyError: 'boom'" in boom.stderr
     assert "scalelib/distributed.py" not in boom.stderr  # the traceback starts at the script
+
+
+def test_every_wait_between_processes_is_a_setting_the_readme_names():
+    """Each wait a user can meet (joining, a barrier, JAX's heartbeat) reads its variable, has the default the
+    README gives it, and refuses a value that is not a whole number of seconds."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert distributed.TIMEOUT_DEFAULTS_S == {distributed.ENV_INIT_TIMEOUT: 120, distributed.ENV_BARRIER_TIMEOUT: 600,
+                                              distributed.ENV_HEARTBEAT_TIMEOUT: 100}
+    for name, default in distributed.TIMEOUT_DEFAULTS_S.items():
+        assert f"`{name}` ({default}" in readme, name
+        assert distributed.timeout_setting(name, {}) == default
+        assert distributed.timeout_setting(name, {name: " 7 "}) == 7
+        for bad in ("0", "-3", "1.5", "soon"):
+            with pytest.raises(distributed.DistributedSetupError, match=f"{name}=.*whole number of seconds"):
+                distributed.timeout_setting(name, {name: bad})
+    assert "`--timeout` (600)" in readme  # the launcher's own, for the whole run

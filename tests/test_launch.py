@@ -13,6 +13,7 @@ first test and is checked last, while the others run.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -51,6 +52,14 @@ if mode != "never_joins":
 print("ready")
 if mode != "never_joins":  # a barrier: rank 1's fault cannot come before rank 0 has printed "ready"
     distributed.to_host(total(x))
+if mode == "hang0":  # rank 0 sleeps while rank 1 waits for it to join a group of devices new to both
+    if info.process_id == 0:
+        print("sleeping")
+        time.sleep(600)
+    pair = jax.sharding.Mesh(np.array([jax.devices()[0], jax.devices()[-1]]), ("p",))
+    print("joining a new group")
+    y = distributed.from_host(np.arange(2.0), NamedSharding(pair, P("p")))
+    distributed.to_host(jax.jit(lambda a: a.sum(), out_shardings=NamedSharding(pair, P()))(y))
 if info.process_id == 1:
     if mode == "raise":
         raise RuntimeError("rank 1 fails on purpose")
@@ -185,6 +194,83 @@ def _stop_launcher_and_check(proc: subprocess.Popen, sig: int) -> None:
         proc.wait()
         for pid in survivors(proc.pid):
             os.kill(pid, signal.SIGKILL)
+
+
+KILLED_EXIT_S = 2.0  # from a rank's SIGKILL to the launcher's exit
+
+
+def rank_pids(launcher_pid: int) -> dict[int, int]:
+    """Rank -> pid of the processes this launcher started (read from their environment)."""
+    pids = {}
+    for pid in survivors(launcher_pid):
+        with contextlib.suppress(OSError):
+            env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+            pids[int(env[distributed.ENV_PROCESS_ID.encode()])] = pid
+    return pids
+
+
+@pytest.mark.parametrize(("mode", "victim", "ready"), [("hang", 1, ["[0] ready"]),
+                                                        ("hang0", 0, ["[0] sleeping", "[1] joining a new group"])],
+                         ids=["rank 1 while rank 0 is in a collective", "rank 0 while rank 1 joins a new group"])
+def test_a_killed_rank_ends_the_run_within_2_s(faults, mode, victim, ready):
+    """SIGKILL one rank: the launcher names it (status 137) and exits within 2 s of the kill, leaving no process.
+
+    Timed from the kill to the launcher's exit, so a busy machine's slow start does not count. When rank 0 (the
+    coordinator) is killed while rank 1 waits for it to join a new group, rank 1 dies of gloo's 'Gloo context
+    initialization failed: ... Socket closed'; the run still names rank 0, not a collective timeout of rank 1's."""
+    cmd = [sys.executable, "-m", "scalelib.launch", "--processes", "2", "--local-devices", "4", "--all",
+           str(faults), mode]
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            waiting = set(ready)
+            for line in proc.stdout:
+                waiting -= {text for text in waiting if line.startswith(text)}
+                if not waiting:
+                    break
+            time.sleep(0.5)  # into the collective (or the new group's join)
+            pids = rank_pids(proc.pid)
+            assert sorted(pids) == [0, 1]
+            killed = time.monotonic()
+            os.kill(pids[victim], signal.SIGKILL)
+            proc.wait(timeout=60)
+            took_s = time.monotonic() - killed
+            err = proc.stderr.read()
+            assert f"scalelib.launch: rank {victim} killed by SIGKILL; stopped the others" in err, err
+            assert proc.returncode == 128 + signal.SIGKILL
+            assert took_s < KILLED_EXIT_S, f"the launcher exited {took_s:.2f} s after rank {victim} was killed"
+            assert survivors(proc.pid) == []
+        finally:
+            proc.kill()
+            proc.wait()
+            for pid in survivors(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+BARRIER = '''
+import os, time
+from scalelib import distributed
+info = distributed.initialize()
+print("barrier timeout", os.environ.get(distributed.ENV_BARRIER_TIMEOUT), flush=True)
+if info.process_id == 1:
+    time.sleep(600)  # never reaches the barrier
+distributed.barrier("after the join")
+'''
+
+
+def test_a_barrier_waits_as_long_as_its_setting_says(tmp_path, monkeypatch):
+    """SCALELIB_BARRIER_TIMEOUT_S reaches every process through the launcher, and a process that never arrives
+    fails the barrier after that long, with the setting named (not gloo's fixed 30 s: the barrier is no collective)."""
+    script = tmp_path / "barrier.py"
+    script.write_text(BARRIER)
+    monkeypatch.setenv(distributed.ENV_BARRIER_TIMEOUT, "3")
+    result, out, err = run([str(script)])
+    assert "[0] barrier timeout 3" in out
+    assert result.returncode == 1 and result.failed_ranks == (0,), err
+    assert "barrier 'after the join': not every process arrived within 3 s" in err
+    assert distributed.ENV_BARRIER_TIMEOUT in err and "Gloo" not in err
+    monkeypatch.setenv(distributed.ENV_BARRIER_TIMEOUT, "soon")
+    with pytest.raises(launch.LaunchError, match="SCALELIB_BARRIER_TIMEOUT_S='soon': give a whole number of seconds"):
+        launch.launch([str(script)], 2, 4)
 
 
 def test_bad_requests_are_refused_before_anything_starts(faults, tmp_path):

@@ -12,8 +12,13 @@ runs the selfcheck through SLURM's srun and Open MPI's mpirun.
 The comparisons (scalelib.parallel.compare) are shown to catch differences, so an "ok" means something.
 """
 
+import contextlib
 import io
+import os
 import re
+import signal
+import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -200,3 +205,64 @@ def test_a_cluster_launcher_sets_the_cpu_devices_per_process():
     ompi = {"OMPI_MCA_orte_hnp_uri": "1.0;tcp://10.0.0.1:5", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "0"}
     assert distributed.cluster_processes(ompi) == 4
     assert distributed.cluster_processes({}) is None
+
+
+STOPPED_S = 40.0  # well past the fixed 30 s gloo gives a collective's members to arrive
+
+
+class _Lines(io.StringIO):
+    """Output that says when a line starting with ``text`` was written."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.seen = text, threading.Event()
+
+    def write(self, s: str) -> int:
+        if s.startswith(self.text):
+            self.seen.set()
+        return super().write(s)
+
+
+def _selfcheck_rank(launcher_pid: int, rank: int) -> int:
+    """The pid of this launcher's selfcheck process of the given rank (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if (f"SCALELIB_LAUNCHER_PID={launcher_pid}".encode() in env and f"SCALELIB_PROCESS_ID={rank}".encode() in env
+                and b"scalelib.parallel.selfcheck" in cmd):
+            return int(entry.name)
+    raise AssertionError(f"no selfcheck process of rank {rank} started by {launcher_pid}")
+
+
+@pytest.mark.sweep
+def test_a_rank_stopped_past_gloos_30_s_before_its_first_check_still_passes():
+    """Rank 1 is stopped (SIGSTOP) for 40 s as soon as rank 0 starts its first check, then continued: the check
+    still passes. Before, rank 0 alone computed the reference and sent it in a collective, so any rank reaching
+    that collective more than gloo's 30 s apart failed the job (seen on a busy machine and under mpirun); now
+    every rank computes its own and the ranks meet at a barrier that is no collective (its limit,
+    SCALELIB_BARRIER_TIMEOUT_S, is 600 s)."""
+    out, err, box = _Lines("[0] selfcheck on"), io.StringIO(), {}
+    run = threading.Thread(target=lambda: box.update(r=launch.launch(
+        ["-m", "scalelib.parallel.selfcheck", SMOKE], 2, 4, timeout_s=600, out=out, err=err)))
+    run.start()
+    stopped = None
+    try:
+        assert out.seen.wait(300), err.getvalue()
+        stopped = _selfcheck_rank(os.getpid(), 1)
+        os.kill(stopped, signal.SIGSTOP)  # before its reference, so before any collective of the check
+        run.join(STOPPED_S)
+        assert run.is_alive(), out.getvalue() + err.getvalue()  # a job that gave up while rank 1 was stopped
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        run.join(600)
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+        run.join(600)
+    result = box["r"]
+    assert result.returncode == 0, out.getvalue() + err.getvalue()
+    assert re.search(rf"^\[0\] {SMOKE} ok  \(\d+\.\d s\)$", out.getvalue(), re.M), out.getvalue()

@@ -11,7 +11,8 @@ both sequence methods, and the three collective matmuls) builds its inputs per p
 (``distributed.from_host`` for the state every process can make from the same seed,
 ``distributed.from_process_rows`` for the rows of the batch its devices hold), runs the scheme's step on
 a mesh spanning every process, gathers the results (``distributed.to_host``) and compares them with
-the same step on one device (run by process 0, which sends its results to every process): the loss and
+the same step on one device (each process computes it alone, so no collective waits for work only one
+process does; the processes meet at a barrier before each scheme's first collective): the loss and
 weights after each of 3 steps, the first step's gradients and the last Adam moments, at the tolerances of
 tests/test_parallel_schemes.py and tests/test_collective_matmul.py. The compiled program's collectives
 are held against the scheme's prediction as those tests do.
@@ -212,37 +213,31 @@ def spread_devices(n: int) -> list:
 @functools.cache
 def _reference(cfg: TransformerConfig, hp: train.Adam, batch: int, seq: int) -> tuple[Any, np.ndarray, list, Any, Any]:
     """Host (state, tokens), [(loss, params)] after each step, the first step's gradients and the last Adam
-    moments, every leaf a numpy array on every process.
+    moments, every leaf a numpy array.
 
-    Process 0 computes them on its first device, compiled once, and sends them to the others (a broadcast over
-    every device); each process then compares its own results with them. The others only trace the step for the
-    shapes they receive: the init and step programs are compiled once per job, not once per process."""
+    Every process computes them alone, on its own first device (the same seeds and program, so the same
+    values), and compares its own results with them. None waits for another here: a reference sent by one
+    process would make the others wait for it inside a collective, which gloo gives up after a fixed 30 s
+    (on a busy machine, or with a slow process 0, the first check failed so). The scheme's own step starts
+    only once every process has reached the barrier in ``setup``."""
     import jax
     import numpy as np
 
-    from scalelib import distributed, train
+    from scalelib import train
 
     step = train.make_step(cfg, hp, return_grads=True)  # no scheme overrides reference_step
-    init, make_tokens = (lambda key: train.init_state(key, cfg)), (lambda key: train.batch(key, cfg, batch, seq))
-    if jax.process_index() == 0:
-        # one compiled program each (eagerly, every random array would be a compile of its own)
-        state, tokens = jax.jit(init)(jax.random.key(0)), jax.jit(make_tokens)(jax.random.key(1))
-        compiled, s, losses, params, first_grads = jax.jit(step), state, [], [], None
-        for _ in range(STEPS):
-            s, loss, grads = compiled(s, tokens)
-            first_grads = grads if first_grads is None else first_grads
-            losses.append(loss)
-            params.append(s.params)
-        state, tokens, losses, params, grads, nu = jax.device_get((state, tokens, losses, params, first_grads,
-                                                                    s.opt.nu))
-        out = (state, tokens, np.stack(losses), params, grads, nu)  # losses [STEPS]
-    else:  # zeros of the same shapes and dtypes, replaced by process 0's values
-        state, tokens = jax.eval_shape(init, jax.random.key(0)), jax.eval_shape(make_tokens, jax.random.key(1))
-        after, loss, grads = jax.eval_shape(step, state, tokens)
-        zeros = lambda tree: jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), tree)  # noqa: E731
-        out = zeros((state, tokens, np.zeros((STEPS,), loss.dtype), [after.params] * STEPS, grads, after.opt.nu))
-    state, tokens, losses, params, grads, nu = distributed.broadcast_from_first(out)
-    return state, tokens, [(float(v), p) for v, p in zip(losses, params, strict=True)], grads, nu
+    # one compiled program each (eagerly, every random array would be a compile of its own)
+    state = jax.jit(lambda key: train.init_state(key, cfg))(jax.random.key(0))
+    tokens = jax.jit(lambda key: train.batch(key, cfg, batch, seq))(jax.random.key(1))
+    compiled, s, losses, params, first_grads = jax.jit(step), state, [], [], None
+    for _ in range(STEPS):
+        s, loss, grads = compiled(s, tokens)
+        first_grads = grads if first_grads is None else first_grads
+        losses.append(loss)
+        params.append(s.params)
+    state, tokens, losses, params, grads, nu = jax.device_get((state, tokens, losses, params, first_grads,
+                                                                s.opt.nu))
+    return state, tokens, [(float(v), p) for v, p in zip(np.stack(losses), params, strict=True)], grads, nu
 
 
 def setup(case: Case) -> tuple[jax.sharding.Mesh, Any, jax.Array, Any]:
@@ -356,7 +351,10 @@ def check_matmul(kind: Kind) -> list[str]:
         want = x.astype(np.float64) @ w.astype(np.float64)
         problems += compare.differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product",
                                         MATMUL_RTOL, MATMUL_ATOL)
-        grad = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1)))(xs, ws)
+        grad_step = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1)))
+        grad_step = grad_step.lower(xs, ws).compile()
+        distributed.barrier(f"{kind} matmul gradient compiled")  # as in matmul_setup: compile, meet, then run
+        grad = grad_step(xs, ws)
         # d/dX sum((X W) * G) = G W^T and d/dW = X^T G, in float64 as the product above (no program to compile)
         g64, x64, w64 = probe.astype(np.float64), x.astype(np.float64), w.astype(np.float64)
         problems += compare.differences(distributed.to_host(grad), (g64 @ w64.T, x64.T @ g64), f"{way} gradient",
