@@ -1,4 +1,4 @@
-"""python -m autograder {release,check,grade,merge,doctor} — see README.md ("For instructors")."""
+"""python -m autograder {release,check,grade,merge,export,doctor} — see README.md ("For instructors")."""
 
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--lms", choices=["canvas", "gradescope"],
                     help=lms_help + ", or gradescope/<student>/results.json in Gradescope's format")
     gr.add_argument("--lms-assignment", help="the assignment column for --lms, e.g. 'Chapter 1 (12345)' with Canvas's "
-                                             "assignment id (default: the chapter's name)")
+                                             "assignment id (default: the chapter's own column when --roster is "
+                                             "Canvas's gradebook export, else the chapter's name)")
     mg = sub.add_parser("merge", help="join the outputs of `grade --shard K/N` runs into one class")
     mg.add_argument("shards", nargs="+", type=Path, help="the shards' --out folders")
     mg.add_argument("--out", type=Path, required=True, help="where the class's grades.csv, feedback/ ... go")
@@ -66,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     mg.add_argument("--lms", choices=["canvas"], help=lms_help)
     mg.add_argument("--lms-assignment", help="as for grade")
     mg.add_argument("--nbgrader-course", type=Path, help="nbgrader course folder (default: OUT/nbgrader)")
+    ex = sub.add_parser("export", help="write grades.csv, grades_long.csv (and canvas.csv or gradescope/) again "
+                        "from a graded class and its gradebook, with the scores typed in formgrader since; runs no "
+                        "student code")
+    ex.add_argument("--out", type=Path, required=True, help="the --out of the `grade` or `merge` run")
+    ex.add_argument("--roster", type=Path, help="the roster the class was graded with (needed for --lms canvas)")
+    ex.add_argument("--lms", choices=["canvas", "gradescope"], help="also write canvas.csv or gradescope/, as grade")
+    ex.add_argument("--lms-assignment", help="as for grade")
+    ex.add_argument("--nbgrader-course", type=Path, help="nbgrader course folder (default: OUT/nbgrader)")
     fu = sub.add_parser("forget-unsafe-ids", help="list (and with --yes remove) the gradebook rows an earlier grader "
                         "wrote under student ids that formgrader would show unescaped")
     fu.add_argument("course_dir", type=Path, help="the nbgrader course folder (grade's --nbgrader-course, default "
@@ -108,6 +117,21 @@ def main(argv: list[str] | None = None) -> int:
         warning = gradebook.unsafe_ids_warning(args.nbgrader_course or args.out / "nbgrader")
         if warning:
             print(warning)
+        return 0
+
+    if args.command == "export":
+        from autograder import canvas, exports
+        from autograder.safe_text import printable
+
+        kept = exports.rewrite(args.out, roster=args.roster, lms=args.lms, lms_assignment=args.lms_assignment,
+                               nbgrader_dir=args.nbgrader_course)
+        note = canvas.student_view_note(args.roster) if args.roster else ""
+        for line in ([note] if note else []) + exports.console_lines(kept):
+            print(printable(line))
+        files = "grades.csv, grades_long.csv" + {"canvas": ", canvas.csv", "gradescope": ", gradescope/"}.get(
+            args.lms or "", "")
+        print(f"{len(kept) or 'no'} manual score{'' if len(kept) == 1 else 's'} from formgrader; wrote {files} in "
+              f"{args.out}")
         return 0
 
     from autograder import release

@@ -123,6 +123,7 @@ class _Say:
         self.quiet = quiet
         self._lock = threading.Lock()
         self.problems: list[tuple[str, list[str]]] = []  # (headline, lines under it)
+        self.notes: list[str] = []  # what the instructor should know that is no problem, printed after the problems
         self.not_submissions: list[tuple[str, str]] = []  # entries of the export that are no notebooks: (name, why)
 
     def __call__(self, text: str) -> None:
@@ -138,13 +139,16 @@ class _Say:
             self.problems.append((headline, list(lines or [])))
 
     def end(self, out_dir: Path, files: list[str]) -> None:
-        """The end of the run: the problems (only if there are any), the entries that were not submissions (a
-        neutral note), then the files written."""
+        """The end of the run: the problems (only if there are any), the notes (scores kept from formgrader, Canvas's
+        Test Student left out), the entries that were not submissions (a neutral note), then the files written."""
         self._problems()
+        for line in self.notes:
+            self(line)
         if self.not_submissions:
             n = len(self.not_submissions)
             self(f"not graded: {n} {'entry' if n == 1 else 'entries'} of the export that {'is' if n == 1 else 'are'} "
-                 "not a submission (not a notebook, or a hidden or system file; see submissions.csv):")
+                 "not a submission (not a notebook, a hidden or system file, or Canvas's Test Student's; see "
+                 "submissions.csv):")
             for line in _listed(self.not_submissions):
                 self(f"  {line}")
         self(f"files written in {out_dir}:")
@@ -195,10 +199,14 @@ def _export_problems(mapping: submissions.Mapping, say: _Say) -> None:
     if mapping.skipped:
         say.problem(f"{len(mapping.skipped)} entries of the export not unpacked or not read (see submissions.csv):",
                     _listed(mapping.skipped))
-    lost = [(name, why) for name, why in mapping.unmatched if _is_notebook(name)]
-    if lost:
-        say.problem(f"{len(lost)} notebooks matched to no student, not graded (see submissions.csv):", _listed(lost))
-    say.not_submissions = [(name, why) for name, why in mapping.unmatched if not _is_notebook(name)]
+    def lost(name: str, why: str) -> bool:  # a notebook of someone in the class, maybe
+        return _is_notebook(name) and why != submissions.CANVAS_TEST_STUDENT
+
+    notebooks = [(name, why) for name, why in mapping.unmatched if lost(name, why)]
+    if notebooks:
+        say.problem(f"{len(notebooks)} notebooks matched to no student, not graded (see submissions.csv):",
+                    _listed(notebooks))
+    say.not_submissions = [(name, why) for name, why in mapping.unmatched if not lost(name, why)]
 
 
 def _files_written(lms: str | None, book: Path | None, shard: tuple[int, int] | None) -> list[str]:
@@ -246,6 +254,15 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
     if lms == "canvas" and roster is None:
         raise SystemExit("--lms canvas needs --roster: Canvas matches rows by its user id or SIS ids, which only the "
                          "roster has (columns id, sis_id, login; see README)")
+    say = _Say(quiet)
+    if roster is not None:
+        from autograder import canvas, exports
+
+        if lms == "canvas":  # the column canvas.csv fills, before any kernel starts: a refusal costs nothing
+            choice = exports.choose_assignment(roster, chapter, root, lms_assignment)
+            lms_assignment = choice.column
+            say.notes += [choice.note] if choice.note else []
+        say.notes += [note] if (note := canvas.student_view_note(roster)) else []
     for name, value in (("--memory-mb", memory_mb), ("--disk-mb", disk_mb)):
         if value is not None and value < 0:
             raise SystemExit(f"{name} must be 0 or more (MB; 0: no limit of its own), got {value}")
@@ -264,7 +281,6 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
                     max_output_bytes=max_output_bytes or settings.max_output_bytes,
                     sandbox=not why_not)
     workers = max(1, workers or os.cpu_count() or 1)
-    say = _Say(quiet)
     if why_not:
         say.problem(f"NOT SANDBOXED (--allow-unsandboxed): {why_not}; student code could read and write anything "
                     "this user can")
@@ -331,15 +347,17 @@ def grade(source: Path, chapter: str, out_dir: Path, root: Path = course.ROOT, *
             if not page.exists():
                 report.write_feedback(page, chapter, r, ch)
         rows = submissions.read_roster(roster) if roster else None
-        report.write_class(out_dir, ch, ordered, mapping, rows, lms, lms_assignment)
-        if lms == "gradescope":
-            from autograder import lms as platforms
+        from autograder import exports
 
-            platforms.write_gradescope(out_dir, ordered, ch)
+        exports.write(out_dir, ch, ordered, [], mapping, rows, lms, lms_assignment)  # also if the gradebook fails
         written = None
         if book is not None:
             graded = {s: (c.path, c.mtime) for s, c in mapping.chosen.items() if s in done}
             written = book.finish(ordered, rows, graded, say)
+            kept = exports.formgrader_scores(written.parent, chapter, ordered)
+            if kept:  # what formgrader shows, in every export, and said
+                exports.write(out_dir, ch, ordered, kept, mapping, rows, lms, lms_assignment)
+                say.notes += exports.console_lines(kept)
             from autograder import gradebook
 
             warning = gradebook.unsafe_ids_warning(book.folder)

@@ -21,10 +21,12 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autograder import report, submissions
+from autograder.safe_text import printable_lines
 
 if TYPE_CHECKING:
     from autograder.align import Chapter
@@ -47,14 +49,32 @@ def _summary(r: StudentResult) -> str:
     return f"{r.score:g} / {r.max_score:g} points ({r.status}{': ' + r.detail if r.detail else ''})"
 
 
-def gradescope_results(r: StudentResult, ch: Chapter) -> dict:
-    """Gradescope's results.json for one submission: one test per exercise, all visible to the student."""
+def _set_by_instructor(r: StudentResult, eid: str, points: float, auto: float) -> str:
+    """The text of an exercise whose score the instructor set in formgrader: that score, then what the checks
+    found (the grader's points, and why they were not full), escaped (safe_text.printable_lines)."""
+    if auto == points and points > 0:
+        found = "all checks passed"
+    else:
+        found = r.messages.get(eid, "") or (f"{r.status}: {r.detail}" if r.detail else "no points")
+        printed = r.outputs.get(eid, "").strip()
+        found += f"\nthe test printed:\n{printed}" if printed else ""
+    return printable_lines(f"score set by your instructor: {r.exercises.get(eid, 0.0):g} / {points:g}; the checks "
+                           f"gave {auto:g}: {found}")
+
+
+def gradescope_results(r: StudentResult, ch: Chapter, manual: Mapping[str, float] | None = None) -> dict:
+    """Gradescope's results.json for one submission: one test per exercise, all visible to the student. ``manual``:
+    exercise -> the grader's points, for the exercises whose score in ``r`` the instructor set in formgrader
+    (:mod:`autograder.exports`); their text says so."""
+    manual = manual or {}
     tests = []
     for number, (eid, ex) in enumerate(ch.exercises.items(), 1):
         got = r.exercises.get(eid, 0.0)
+        text = (_test_text(r, eid, ex.points) if eid not in manual
+                else _set_by_instructor(r, eid, ex.points, manual[eid]))
         tests.append({"name": f"{ex.title or eid} [{eid}]", "number": str(number), "score": got,
-                      "max_score": ex.points, "status": "passed" if got == ex.points else "failed",
-                      "output": _test_text(r, eid, ex.points), "output_format": "text", "visibility": "visible"})
+                      "max_score": ex.points, "status": "passed" if got >= ex.points else "failed",
+                      "output": text, "output_format": "text", "visibility": "visible"})
     # plain text: the messages may quote what a student's code raised or printed, which Gradescope's default
     # format would render as HTML
     return {"score": r.score, "output": _summary(r), "output_format": "text", "test_output_format": "text",
@@ -71,12 +91,16 @@ def prairielearn_results(r: StudentResult, ch: Chapter) -> dict:
             "tests": tests}
 
 
-def write_gradescope(out_dir: Path, results: list[StudentResult], ch: Chapter) -> None:
-    """``--lms gradescope``: ``OUT/gradescope/<student>/results.json`` for every submission (not for missing ones)."""
+def write_gradescope(out_dir: Path, results: list[StudentResult], ch: Chapter,
+                     manual: Mapping[tuple[str, str], float] | None = None) -> None:
+    """``--lms gradescope``: ``OUT/gradescope/<student>/results.json`` for every submission (not for missing ones).
+    ``manual``: (student, exercise) -> the grader's points where ``results`` hold a score set in formgrader."""
+    manual = manual or {}
     for r in results:
         if r.status != "missing":
+            mine = {eid: auto for (student, eid), auto in manual.items() if student == r.student}
             report.atomic_write(out_dir / "gradescope" / submissions.file_stem(r.student) / "results.json",
-                                json.dumps(gradescope_results(r, ch), indent=1, ensure_ascii=False) + "\n")
+                                json.dumps(gradescope_results(r, ch, mine), indent=1, ensure_ascii=False) + "\n")
 
 
 def _notebooks(folder: Path) -> list[Path]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,13 +45,21 @@ def write_csv(path: Path, chapter: str, results: list[StudentResult], exercise_i
     atomic_write(path, csv_text(rows))
 
 
-def write_long_csv(path: Path, chapter: str, results: list[StudentResult], ch: align.Chapter) -> None:
+def write_long_csv(path: Path, chapter: str, results: list[StudentResult], ch: align.Chapter,
+                   manual: Mapping[tuple[str, str], float] | None = None) -> None:
     """One row per student and exercise, for any system that imports scores: student, chapter, exercise, title,
-    points, max_points, status."""
-    rows: list[list[object]] = [["student", "chapter", "exercise", "title", "points", "max_points", "status"]]
+    points, max_points, status, scored_by, auto_points. ``manual`` holds (student, exercise) -> the grader's points
+    for the cells whose ``points`` an instructor set in formgrader (:mod:`autograder.exports`): ``scored_by`` is
+    ``manual`` for those, ``autograder`` for the others, and ``auto_points`` is always what the grader gave."""
+    manual = manual or {}
+    rows: list[list[object]] = [["student", "chapter", "exercise", "title", "points", "max_points", "status",
+                                 "scored_by", "auto_points"]]
     for r in results:
         for eid, ex in ch.exercises.items():
-            rows.append([r.student, chapter, eid, ex.title, r.exercises.get(eid, 0.0), ex.points, str(r.status)])
+            points = r.exercises.get(eid, 0.0)
+            auto = manual.get((r.student, eid))
+            rows.append([r.student, chapter, eid, ex.title, points, ex.points, str(r.status),
+                         "autograder" if auto is None else "manual", points if auto is None else auto])
     atomic_write(path, csv_text(rows))
 
 
@@ -75,11 +84,12 @@ def write_canvas_csv(path: Path, chapter: str, results: list[StudentResult], ros
 
 def write_class(out_dir: Path, ch: align.Chapter, results: list[StudentResult], mapping: submissions.Mapping | None,
                 roster: list[dict[str, str]] | None, lms: str | None, assignment: str | None,
-                manifest: bytes | None = None) -> None:
+                manifest: bytes | None = None, manual: Mapping[tuple[str, str], float] | None = None) -> None:
     """Every whole-class file: grades.csv, grades_long.csv, submissions.csv (from ``mapping``, or ``manifest`` as
-    it was written), and canvas.csv for ``lms="canvas"``."""
+    it was written, or left as it is without either), and canvas.csv for ``lms="canvas"``. ``results`` hold the
+    scores to write; ``manual`` marks the cells among them an instructor set (see :func:`write_long_csv`)."""
     write_csv(out_dir / "grades.csv", ch.name, results, list(ch.exercises))
-    write_long_csv(out_dir / "grades_long.csv", ch.name, results, ch)
+    write_long_csv(out_dir / "grades_long.csv", ch.name, results, ch, manual)
     if mapping is not None:
         write_manifest(out_dir / "submissions.csv", mapping)
     elif manifest is not None:

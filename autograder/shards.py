@@ -41,6 +41,7 @@ from typing import Any
 
 from autograder import align, course, report, results, submissions
 from autograder.results import Status, StudentResult
+from autograder.safe_text import printable
 
 MARKER = "shard.json"
 
@@ -420,6 +421,15 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
     roster_rows = submissions.read_roster(roster) if roster else None
     if roster is not None and sha256_file(roster) != first.marker.roster_hash:
         raise MergeError(f"refusing to merge: {roster} is not the roster the shards graded with: pass that one")
+    from autograder import canvas, exports
+
+    notes = []
+    if lms == "canvas" and roster is not None:  # refused here, if it is, before anything is written
+        choice = exports.choose_assignment(roster, first.marker.chapter, root, lms_assignment)
+        lms_assignment = choice.column
+        notes += [choice.note] if choice.note else []
+    if roster is not None:
+        notes += [note] if (note := canvas.student_view_note(roster)) else []
     # nothing was written so far; from here on, only what the checks above let through
     for sub in ("results", "feedback", "logs"):
         (out_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -437,12 +447,17 @@ def merge(folders: list[Path], out_dir: Path, root: Path = course.ROOT, *, allow
     if logged:
         shutil.copyfile(logged[0], out_dir / "logs" / report.INSTRUCTOR_LOG)
     ordered = [done[s] for s in sorted(done)]
-    report.write_class(out_dir, ch, ordered, None, roster_rows, lms, lms_assignment,
-                       manifest=next(iter(manifests), None))
+    manifest = next(iter(manifests), None)
+    exports.write(out_dir, ch, ordered, [], None, roster_rows, lms, lms_assignment, manifest)
     from autograder import gradebook
 
-    gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.marker.chapter, ordered, root / "solutions",
-                    roster_rows)
+    book = gradebook.write(Path(nbgrader_dir or out_dir / "nbgrader"), first.marker.chapter, ordered,
+                           root / "solutions", roster_rows)
+    kept = exports.formgrader_scores(book.parent, first.marker.chapter, ordered)
+    if kept:  # a merge into a class folder graded before keeps what was typed into its formgrader
+        exports.write(out_dir, ch, ordered, kept, None, roster_rows, lms, lms_assignment, manifest)
+    for line in notes + exports.console_lines(kept):
+        print(printable(line), flush=True)
     merged = Marker(**{f.name: getattr(first.marker, f.name) for f in fields(Marker) if f.name != "shard"},
                     shard=(0, 1))
     write_marker(out_dir, merged, sorted(done), complete=not (missing or failed or problems))

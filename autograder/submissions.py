@@ -448,7 +448,7 @@ _ROSTER_SYNONYMS = {"sis user id": "sis_id", "sis login id": "login", "user id":
 CANVAS_EXPORT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 
 
-def _canvas_export(header: list[str]) -> bool:
+def canvas_export(header: list[str]) -> bool:
     """Canvas's own gradebook export: it starts with Student, ID, then SIS columns, and has no id column of ours."""
     names = [h.strip() for h in header]
     return names[:2] == ["Student", "ID"] and "SIS Login ID" in names and "student" not in names
@@ -461,26 +461,53 @@ def _canvas_placeholder(row: dict[str, str]) -> bool:
     return who.casefold() == "points possible" or not (who or row.get("id"))
 
 
+# Why a file of Canvas's Test Student is not graded (its row in submissions.csv)
+CANVAS_TEST_STUDENT = "Canvas's Test Student (the student view user), not a student of the class"
+
+
+def _canvas_test_student(row: dict[str, str]) -> bool:
+    """Canvas's Test Student: the user Canvas adds to every course for its student view, in every gradebook export
+    (named "Student, Test" there, "Test Student" elsewhere), never enrolled through the SIS (no SIS User ID or
+    SIS Login ID). A person of that name with a SIS id is a student."""
+    return (" ".join(row.get("name", "").split()).casefold() in ("student, test", "test student")
+            and not (row.get("sis_id") or row.get("login")))
+
+
 def read_roster(path: Path) -> list[dict[str, str]]:
     """Roster rows with lower-case column names (Canvas's 'SIS User ID' and 'SIS Login ID' become
     ``sis_id`` and ``login``); the ``student`` column is required and must be unique.
 
     Canvas's gradebook export is read as Canvas writes it: its "Student" column (the name, "Last, First") becomes
     ``name``, the student's id is the SIS Login ID (else the SIS User ID, else Canvas's ID), and its rows that are
-    not students ("Points Possible", "Manual Posting"/"Muted") are left out.
+    not students ("Points Possible", "Manual Posting"/"Muted", and Canvas's Test Student: see
+    :func:`canvas_test_students`) are left out.
     """
+    return _read_roster(path)[0]
+
+
+def canvas_test_students(path: Path) -> list[dict[str, str]]:
+    """The rows of Canvas's Test Student that :func:`read_roster` left out of a Canvas export (none for any other
+    roster): it is in no class file, no missing-student row and no gradebook; the grader says so once."""
+    return _read_roster(path)[1]
+
+
+def _read_roster(path: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(the roster's students, the Canvas Test Student rows left out of them)."""
     with path.open(newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, [])
-        canvas = _canvas_export(header)
+        canvas = canvas_export(header)
         keys = [_ROSTER_SYNONYMS.get(k, k) for k in (h.strip().lower() for h in header)]
         if canvas:
             keys[0] = "name"
         rows = [{k: (v or "").strip() for k, v in zip(keys, values) if k}
                 for values in reader if any(v.strip() for v in values)]
+    left_out: list[dict[str, str]] = []
     if canvas:
         rows = [r for r in rows if not _canvas_placeholder(r)]
-        for r in rows:
+        left_out = [r for r in rows if _canvas_test_student(r)]
+        rows = [r for r in rows if not _canvas_test_student(r)]
+        for r in rows + left_out:
             r["student"] = r.get("login") or r.get("sis_id") or r.get("id", "")
             if not r["student"]:
                 raise SystemExit(f"{path}: Canvas's export has a row without SIS Login ID, SIS User ID or ID "
@@ -497,7 +524,7 @@ def read_roster(path: Path) -> list[dict[str, str]]:
             raise SystemExit(f"{path}: every roster row needs its own non-empty 'student' "
                              f"({row['student']!r} is {'empty' if not row['student'] else 'repeated'})")
         seen.add(row["student"])
-    return rows
+    return rows, left_out
 
 
 def _roster_keys(rows: list[dict[str, str]], key: Callable[[str], str] = norm) -> dict[str, set[str]]:
@@ -621,9 +648,11 @@ def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, rost
     its metadata, else from its name."""
     limits = limits or UnpackLimits()
     unpacked = unpack(source, workdir, limits)
-    rows = read_roster(roster) if roster else None
+    rows, test_students = _read_roster(roster) if roster else (None, [])
     exact = _roster_keys(rows) if rows else {}
     folded = _roster_keys(rows, fold) if rows else {}
+    by_id = [{k: v for k, v in r.items() if k != "name"} for r in test_students]  # "Student" is no key of theirs
+    test_exact, test_folded = _roster_keys(by_id), _roster_keys(by_id, fold)
     out = Mapping(skipped=[(printable(name), why) for name, why in unpacked.skipped])
     per_student: dict[str, list[Candidate]] = {}
     copies = workdir / "notebooks"
@@ -645,6 +674,8 @@ def collect(source: Path, chapter: str, chapters: list[str], workdir: Path, rost
                 hits = _roster_match(cand.keys, exact, folded)
                 if len(hits) != 1:
                     why = "matches no roster student" if not hits else f"matches several: {', '.join(hits)}"
+                    if not hits and _roster_match(cand.keys, test_exact, test_folded):
+                        why = CANVAS_TEST_STUDENT
                     out.unmatched.append((shown, why))
                     continue
                 sid = hits[0]

@@ -158,3 +158,37 @@ def test_doctor_prints_each_check_before_the_next_one_runs(monkeypatch):
     assert started["fork server"].splitlines() == ["ok    user namespaces: fine", "weak  memory cgroup: polled"]
     assert started["scalelib"].splitlines()[-1] == "ok    fork server: forks"
     assert flushed[-1].splitlines()[-1] == "ok    kernels' scalelib: the grader's own"
+
+
+def test_export_refuses_what_is_no_finished_class_it_can_rewrite(tmp_path, capsys):
+    """Issue 48: `python -m autograder export` rewrites a class's files from its results/ and gradebook; it refuses,
+    naming what to do, a folder without shard.json, a shard (it has no gradebook), a run that did not finish, another
+    roster than the class's, and a folder without a gradebook. Nothing is written when it refuses."""
+    from autograder import shards
+    from autograder.__main__ import main
+    from autograder.course import SOLUTIONS
+
+    solution_hash = shards.sha256_file(SOLUTIONS / "01_rooflines.ipynb")
+    roster = tmp_path / "roster.csv"
+    roster.write_text("student\nann\n", encoding="utf-8")
+
+    def out_with(name: str, shard: tuple[int, int], complete: bool, roster_hash: str = "") -> Path:
+        out = tmp_path / name
+        out.mkdir()
+        shards.write_marker(out, shards.Marker("01_rooflines", shard, "6", solution_hash, True,
+                                               roster_hash=roster_hash), [], complete=complete)
+        return out
+
+    cases = [(tmp_path / "empty", "nothing to export"),
+             (out_with("shard", (1, 2), True), "is shard 1/2 of a class, which has no gradebook"),
+             (out_with("stopped", (0, 1), False), "did not finish"),
+             (out_with("roster", (0, 1), True, shards.sha256_file(roster)), "graded with another roster"),
+             (out_with("book", (0, 1), True), "no gradebook.db in")]
+    (tmp_path / "empty").mkdir()
+    for out, said in cases:
+        args = ["export", "--out", str(out)] + (["--roster", str(out / "other.csv")] if out.name == "roster" else [])
+        if out.name == "roster":
+            (out / "other.csv").write_text("student\nbob\n", encoding="utf-8")
+        with pytest.raises(SystemExit, match=said):
+            main(args)
+        assert not [p.name for p in out.iterdir() if p.suffix == ".csv" and p.name != "other.csv"], out

@@ -498,3 +498,89 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
         page.wait_for_timeout(500)  # the modal's fade-in, for the screenshot
         page.screenshot(path=str(shots / "6-autograde-refused.png"), full_page=True)
         assert _files(course_dir) == before
+
+
+def _set_in_formgrader(course_dir, student, eid, manual=None, extra=None):
+    """What formgrader's Manual Grading page stores when the instructor types a score (or extra credit)."""
+    from nbgrader.api import Gradebook
+
+    from autograder import gradebook
+
+    with Gradebook(gradebook.db_url(course_dir)) as gb:
+        g = gb.find_grade(eid, CHAPTER, CHAPTER, gradebook.nbgrader_id(student))
+        g.manual_score, g.extra_credit = manual, extra
+        gb.db.commit()
+
+
+def test_scores_typed_in_formgrader_reach_every_export_on_a_regrade_and_on_export(graded, tmp_path):
+    """Issue 48: a manual score typed in formgrader survived a re-grade in the gradebook while grades.csv,
+    grades_long.csv and canvas.csv kept the grader's score, silently. A re-grade (every student already graded: no
+    kernel runs) and `python -m autograder export` (for an edit made after grading) write what formgrader shows,
+    mark the cell as manual beside the grader's points, and name each such cell on the console; results/ keep the
+    grader's own record."""
+    from autograder.__main__ import main
+
+    results, _, graded_out = graded
+    out = tmp_path / "out"
+    shutil.copytree(graded_out, out)  # the module's class stays as graded for the other tests
+    course_dir = out / "nbgrader"
+    mixed = results["carol"].exercises[WRONG]  # her slip lost it: 0 of 2
+    first = next(iter(results["alice"].exercises))
+    _set_in_formgrader(course_dir, "carol", WRONG, manual=1.5)
+    _set_in_formgrader(course_dir, "alice", first, manual=0.0)  # below what the checks gave
+    _set_in_formgrader(course_dir, "bob", first, extra=0.5)  # extra credit only
+
+    console = io.StringIO()
+    roster = graded_out.parent / "roster.csv"
+    with contextlib.redirect_stdout(console):
+        grade.grade(graded_out.parent / "subs.zip", CHAPTER, out, roster=roster, lms="canvas")
+    said = console.getvalue()
+    assert "already graded" in said and "grading " not in said  # nothing ran again
+    assert "kept 3 manual scores from formgrader" in said
+    alice_auto = results["alice"].exercises[first]
+    for line in (f"alice, {first}: {alice_auto:g} -> 0 (manual score 0)",
+                 f"carol, {WRONG}: {mixed:g} -> 1.5 (manual score 1.5)", f"bob, {first}: 0 -> 0.5 (extra credit 0.5)"):
+        assert f"\n  {line}\n" in said, said
+
+    def files():
+        grades = {safe_text.uncell(r["student"]): r for r in csv.DictReader((out / "grades.csv").open(newline=""))}
+        long = {(safe_text.uncell(r["student"]), r["exercise"]): r
+                for r in csv.DictReader((out / "grades_long.csv").open(newline=""))}
+        canvas = {r[0]: r[-1] for r in csv.reader((out / "canvas.csv").open(newline=""))}
+        return grades, long, canvas
+
+    grades, long, canvas = files()
+    names = {r["student"]: r["name"] or r["student"] for r in csv.DictReader(io.StringIO(ROSTER))}  # canvas.csv's
+    expected = {"carol": results["carol"].score - mixed + 1.5, "alice": results["alice"].score - alice_auto,
+                "bob": 0.5}
+    for student, total in expected.items():
+        assert float(grades[student]["score"]) == pytest.approx(total)
+        assert float(canvas[names[student]]) == pytest.approx(total), (student, canvas)
+    assert float(grades["carol"][WRONG]) == 1.5 and float(grades["alice"][first]) == 0
+    assert (long[("carol", WRONG)]["points"], long[("carol", WRONG)]["scored_by"],
+            long[("carol", WRONG)]["auto_points"]) == ("1.5", "manual", f"{mixed:g}")
+    assert long[("dave", first)]["scored_by"] == "autograder" and float(grades["dave"]["score"]) == 0
+    assert list(grades["carol"]) == ["student", "chapter", "score", "max_score", "status", "detail", "file",
+                                     *results["carol"].exercises]  # grades.csv's columns as before
+    assert json.loads((out / "results" / "carol.json").read_text())["exercises"][WRONG] == mixed
+
+    # after grading, the instructor changes a score in formgrader and takes one back: export, no grading
+    _set_in_formgrader(course_dir, "frank", WRONG, manual=0.25)
+    _set_in_formgrader(course_dir, "alice", first, manual=None)
+    console = io.StringIO()
+    with contextlib.redirect_stdout(console):
+        assert main(["export", "--out", str(out), "--roster", str(roster), "--lms", "canvas"]) == 0
+    said = console.getvalue()
+    assert f"\n  frank, {WRONG}: {results['frank'].exercises[WRONG]:g} -> 0.25 (manual score 0.25)\n" in said
+    assert "alice" not in said and "kept 3 manual scores" in said
+    grades, long, canvas = files()
+    assert float(grades["frank"][WRONG]) == 0.25 and float(canvas[names["frank"]]) == pytest.approx(
+        results["frank"].score - results["frank"].exercises[WRONG] + 0.25)
+    assert float(grades["alice"]["score"]) == results["alice"].score
+    assert long[("alice", first)]["scored_by"] == "autograder"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["export", "--out", str(out), "--roster", str(roster), "--lms", "gradescope"]) == 0
+    carol = json.loads((out / "gradescope" / "carol" / "results.json").read_text())
+    test = next(t for t in carol["tests"] if t["name"].endswith(f"[{WRONG}]"))
+    assert carol["score"] == float(grades["carol"]["score"]) and test["score"] == 1.5
+    assert test["output"].startswith(f"score set by your instructor: 1.5 / 2; the checks gave {mixed:g}: ")

@@ -141,3 +141,29 @@ def test_grade_lms_gradescope_writes_one_results_file_per_submission(tmp_path):
     assert files == ["gradescope/ann/results.json"]
     data = json.loads((tmp_path / "gradescope/ann/results.json").read_text())
     assert data["tests"][1]["output"] == "ExerciseError: x" and data["tests"][1]["status"] == "failed"
+
+
+def test_a_score_set_in_formgrader_reaches_gradescope_and_says_it_was_set():
+    """Issue 48: Gradescope's results come from the class's results with formgrader's scores in place
+    (autograder.exports); the test whose score the instructor set carries it, says so and keeps what the checks
+    found; the total is the sum; the other tests are as before."""
+    from autograder import exports
+
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    first, second = list(ch.exercises)[:2]
+    full = {e: x.points for e, x in ch.exercises.items()}
+    r = StudentResult("ann", Status.GRADED, sum(full.values()) - full[first], ch.max_score, {**full, first: 0.0},
+                      messages={first: "ExerciseError: off by one"})
+    kept = [exports.KeptScore("ann", first, 0.0, 0.5, 0.5), exports.KeptScore("ann", second, full[second], 0.0, 0.0)]
+    shown = exports.shown([r], kept)[0]
+    data = lms.gradescope_results(shown, ch, {first: 0.0, second: full[second]})
+    tests = {t["name"].rsplit("[", 1)[1].rstrip("]"): t for t in data["tests"]}
+    assert data["score"] == sum(t["score"] for t in data["tests"]) == r.score - full[second] + 0.5
+    assert (tests[first]["score"], tests[first]["status"]) == (0.5, "failed")
+    assert tests[first]["output"] == (f"score set by your instructor: 0.5 / {full[first]:g}; the checks gave 0: "
+                                      "ExerciseError: off by one")
+    assert tests[second]["output"] == (f"score set by your instructor: 0 / {full[second]:g}; the checks gave "
+                                       f"{full[second]:g}: all checks passed")
+    assert [t for e, t in tests.items() if e not in (first, second)] == [
+        t for e, t in {t["name"].rsplit("[", 1)[1].rstrip("]"): t
+                       for t in lms.gradescope_results(r, ch)["tests"]}.items() if e not in (first, second)]

@@ -288,12 +288,44 @@ def test_canvas_and_long_csv_headers_and_values(classes):
         assert body[sid][5] == grades[student]["score"]
     assert body["101"][5] == grades["alice"]["max_score"] and body["105"][5] == "0"
     long = list(csv.DictReader((single / "grades_long.csv").open(encoding="utf-8")))
-    assert list(long[0]) == ["student", "chapter", "exercise", "title", "points", "max_points", "status"]
+    assert list(long[0]) == ["student", "chapter", "exercise", "title", "points", "max_points", "status",
+                             "scored_by", "auto_points"]
+    assert {(r["scored_by"], r["auto_points"] == r["points"]) for r in long} == {("autograder", True)}
     exercises = [k for k in grades["alice"] if k.startswith("ch06-")]
     assert len(long) == len(CLASS) * len(exercises)
     for row in long:
         assert row["points"] == grades[row["student"]][row["exercise"]] and row["title"].startswith("Exercise 6.")
     assert sum(float(r["max_points"]) for r in long if r["student"] == "bob") == float(grades["bob"]["max_score"])
+
+
+def test_a_merge_into_a_class_keeps_the_scores_typed_in_its_formgrader(classes, tmp_path, capsys):
+    """Issue 48: merging the shards again into a class folder whose formgrader holds a manual score writes that score
+    into grades.csv, grades_long.csv and canvas.csv (the gradebook keeps it, as a re-grade does) and names it."""
+    from nbgrader.api import Gradebook
+
+    from autograder import gradebook
+
+    _, sharded, tmp = classes
+    out = tmp_path / "class"
+    shutil.copytree(sharded / "class", out)  # the merged class of the other tests stays as it was
+    eid = next(k for k in json.loads((out / "results" / "alice.json").read_text())["exercises"])
+    with Gradebook(gradebook.db_url(out / "nbgrader")) as gb:
+        g = gb.find_grade(eid, CH, CH, "alice")
+        auto, g.manual_score = g.auto_score, 0.5
+        gb.db.commit()
+    capsys.readouterr()
+    shards.merge([sharded / "shard-0", sharded / "shard-1"], out, roster=tmp / "roster.csv", lms="canvas")
+    said = capsys.readouterr().out
+    assert "kept 1 manual score from formgrader" in said
+    assert f"\n  alice, {eid}: {auto:g} -> 0.5 (manual score 0.5)\n" in said
+    single = {r["student"]: r for r in csv.DictReader((sharded / "class" / "grades.csv").open(encoding="utf-8"))}
+    grades = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
+    assert float(grades["alice"]["score"]) == pytest.approx(float(single["alice"]["score"]) - auto + 0.5)
+    assert float(grades["alice"][eid]) == 0.5 and grades["bob"] == single["bob"]
+    canvas = {r[1]: r[-1] for r in csv.reader((out / "canvas.csv").open(encoding="utf-8", newline=""))}
+    assert canvas["101"] == grades["alice"]["score"]
+    long = {(r["student"], r["exercise"]): r for r in csv.DictReader((out / "grades_long.csv").open(encoding="utf-8"))}
+    assert (long[("alice", eid)]["scored_by"], float(long[("alice", eid)]["auto_points"])) == ("manual", auto)
 
 
 def test_the_kubernetes_recipe_is_an_indexed_job_that_shards_by_its_completion_index():
