@@ -13,6 +13,7 @@ import math
 import os
 import random
 import re
+import sys
 import types
 from typing import Any, Callable, Iterator, cast
 
@@ -68,7 +69,7 @@ def plain_number(value: object, name: str = "answer") -> float:
         out = float(np.asarray(value).item())
     else:
         raise ExerciseError(
-            f"{name} must be a number (int or float), got a {type(value).__name__}: {value!r:.80}"
+            f"{name} must be a number (int or float), got a {type(value).__name__}: {shown(value)}"
         )
     if not math.isfinite(out):
         raise ExerciseError(f"{name} must be finite, got {out}")
@@ -159,7 +160,7 @@ def unpack(got: object, n: int, what: str) -> tuple:
     if type(got) not in (tuple, list) or len(got) != n:  # type: ignore[arg-type]
         kind = f"{len(got)} values" if type(got) in (tuple, list) else f"a {type(got).__name__}"  # type: ignore[arg-type]
         raise ExerciseError(f"{what} must return {n} values (a tuple, a list or a 1-D array of {n}), got {kind}: "
-                            f"{_clip(got)}")
+                            f"{shown(got)}")
     return tuple(got)  # type: ignore[arg-type]
 
 
@@ -168,7 +169,7 @@ def sequence(got: object, what: str) -> list:
     if _is_vector(got):
         return list(np.asarray(got))
     if type(got) not in (tuple, list):
-        raise ExerciseError(f"{what} must be a list (or a tuple), got a {type(got).__name__}: {_clip(got)}")
+        raise ExerciseError(f"{what} must be a list (or a tuple), got a {type(got).__name__}: {shown(got)}")
     return list(got)  # type: ignore[call-overload]
 
 
@@ -180,11 +181,12 @@ def plain_bool(value: object, name: str = "answer") -> bool:
     if isinstance(value, np.bool_) or (array and getattr(value, "shape", None) == ()
                                        and np.asarray(value).dtype == np.bool_):
         return bool(np.asarray(value).item())
-    raise ExerciseError(f"{name} must be True or False, got a {type(value).__name__}: {_clip(value)}")
+    raise ExerciseError(f"{name} must be True or False, got a {type(value).__name__}: {shown(value)}")
 
 
-def _clip(value: object, limit: int = 200) -> str:
-    """``repr(value)``, cut at ``limit`` characters with a note of how much was left out (never mid-number silently)."""
+def shown(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for a message: whole, or cut at ``limit`` characters with a note of how much was left out, so
+    that a message never ends mid-number without saying so."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
 
@@ -192,7 +194,7 @@ def _clip(value: object, limit: int = 200) -> str:
 def check_equal(got: Any, want: Any, what: str) -> None:
     """Fail unless ``got == want`` (for exact answers: strings, tuples of ints)."""
     if got != want:
-        raise ExerciseError(f"{what} = {got!r:.120}, expected {want!r:.120}")
+        raise ExerciseError(f"{what} = {shown(got)}, expected {shown(want)}")
 
 
 # ---------------------------------------------------------------- unanswered exercises
@@ -217,7 +219,7 @@ def passed_message(exercise_id: str, detail: str = "") -> str:
 
 
 @contextlib.contextmanager
-def visible_checks(exercise_id: str, detail: str = "") -> Iterator[None]:
+def visible_checks(exercise_id: str, detail: str = "", answers: tuple[Callable, ...] = ()) -> Iterator[None]:
     """The visible checks of ``exercise_id``: says when they pass; an exercise not answered yet is reported, not raised.
 
     A chapter's test cells wrap their visible checks in this block. When the block ends without an error it
@@ -227,9 +229,22 @@ def visible_checks(exercise_id: str, detail: str = "") -> Iterator[None]:
     fails here, and so does every other error. Grading and CI set ``SCALELIB_STRICT_CHECKS=1``, which makes an
     unanswered exercise fail like a wrong one; the hidden checks are never wrapped, so an unanswered exercise
     scores 0 under nbgrader too.
+
+    The block runs under the test cell's :func:`withhold` declarations (written above it): while it runs, code of
+    the cells that define ``answers`` (the student's functions the exercise asks for) that reads a withheld member
+    fails here with a message, as it would when graded; the test's own code, the chapter's other cells and the
+    library keep the member.
     """
+    test_file = _cell_file()
+    members = _declared.pop(test_file, [])
+    _declared.clear()  # what another cell declared is not this block's
+    if members and not answers:
+        raise TypeError(f"{exercise_id}: a test that withholds members names the answer's functions: "
+                        f"visible_checks({exercise_id!r}, answers=(...))")
+    answer_files = {getattr(getattr(fn, "__code__", None), "co_filename", None) for fn in answers} - {None, test_file}
     try:
-        yield
+        with _withheld(members, test_file, frozenset(answer_files)):  # type: ignore[arg-type]
+            yield
     except NotImplementedError as err:
         match = _STUB.match(str(err))
         if match is None or strict():
@@ -259,17 +274,18 @@ def allow(*parts: object) -> None:
         else:
             ok = callable(part)  # a function or class of a scalelib module (compat.shard_map is jax's own)
         if not ok:
-            raise TypeError(f"allow() takes scalelib modules and their functions and classes, got {part!r:.80}")
+            raise TypeError(f"allow() takes scalelib modules and their functions and classes, got {shown(part)}")
 
 
 def withhold(*members: object) -> None:
-    """Declare, in an exercise's hidden test, the members of scalelib classes that compute what the exercise asks for.
+    """Declare, in an exercise's test cell, the members of scalelib classes that compute what the exercise asks for.
 
-    ``ex.withhold(hw.Chip.pod_hosts, hw.Chip.pod_flops_per_s)``: methods or properties (given as ``Class.member``).
-    An object the test hands the student's function keeps its other properties and methods when graded, as in the
-    visible checks, but arrives without these: the answer must compute them. In a notebook this only checks that
-    each member is a function or property of a scalelib class; the autograder reads the declaration before the
-    kernel starts.
+    ``ex.withhold(hw.Chip.pod_hosts, hw.Chip.pod_flops_per_s)``: methods or properties (given as ``Class.member``),
+    written above the cell's ``visible_checks`` block. An object the test hands the student's function keeps its
+    other properties and methods, but not these: the answer must compute them. When graded, the autograder reads
+    the declaration before the kernel starts and sends the objects' classes without the members; in the notebook,
+    the cell's :func:`visible_checks` block makes an answer that reads one fail the same way, so that a student
+    learns it before submitting.
     """
     for member in members:
         fn = member.fget if isinstance(member, property) else member
@@ -278,7 +294,71 @@ def withhold(*members: object) -> None:
         if not (isinstance(fn, types.FunctionType) and "." in qualname
                 and (module == "scalelib" or module.startswith("scalelib."))):
             raise TypeError(f"withhold() takes methods and properties of scalelib classes (Class.member), "
-                            f"got {member!r:.80}")
+                            f"got {shown(member)}")
+    _declared.setdefault(_cell_file(), []).extend(members)
+
+
+# ---------------------------------------------------------------- withheld members in the notebook
+
+_declared: dict[str, list[object]] = {}  # the cell (its code's file name) -> the members it withholds
+
+
+def _cell_file() -> str:
+    """The file name of the code that called into this module (a notebook cell's, in Jupyter)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in (__file__, contextlib.__file__):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_code.co_filename if frame is not None else ""
+
+
+def _asked_by_answer(test_file: str, answer_files: frozenset[str]) -> bool:
+    """Whether the code reading a withheld member runs for the student's answer: between it and the test cell's
+    code, some frame is code of a cell that defines the answer (the answer itself, or a helper of its cell)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name == test_file:
+            return False
+        if name in answer_files:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+class _Withheld:
+    """A class member, withheld from the student's answer while a visible-checks block runs."""
+
+    def __init__(self, original: Any, owner: str, name: str, test_file: str, answer_files: frozenset[str]) -> None:
+        self.original, self.owner, self.name = original, owner, name
+        self.test_file, self.answer_files = test_file, answer_files
+
+    def __get__(self, obj: object, objtype: type | None = None) -> Any:
+        if obj is not None and _asked_by_answer(self.test_file, self.answer_files):
+            raise ExerciseError(
+                f"{self.owner}.{self.name} is what this exercise asks you to compute, so your answer may not read "
+                f"it: when graded, the objects your function is handed have no {self.name!r}. Compute it from "
+                f"their other attributes.")
+        return self.original.__get__(obj, objtype)
+
+
+@contextlib.contextmanager
+def _withheld(members: list[object], test_file: str, answer_files: frozenset[str]) -> Iterator[None]:
+    """While the block runs, each of ``members`` raises when the answer reads it (see :class:`_Withheld`)."""
+    saved = []
+    try:
+        for member in members:
+            fn: Any = member.fget if isinstance(member, property) else member
+            owner_name, _, name = fn.__qualname__.rpartition(".")
+            owner: Any = sys.modules[fn.__module__]
+            for part in owner_name.split("."):
+                owner = getattr(owner, part)
+            original = owner.__dict__[name]
+            saved.append((owner, name, original))
+            setattr(owner, name, _Withheld(original, owner_name, name, test_file, answer_files))
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
 
 
 def probe(fn: Callable) -> Callable:

@@ -21,6 +21,7 @@ then takes apart by the rule.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 import nbformat
@@ -187,3 +188,38 @@ def test_a_refused_answer_is_quoted_whole_or_says_how_much_was_cut():
     with pytest.raises(ex.ExerciseError) as err:
         ex.unpack((1.5, 2.5, 3.5), 2, "bounds")
     assert str(err.value).endswith("got 3 values: (1.5, 2.5, 3.5)")
+
+
+@pytest.mark.parametrize("chapter", course.chapter_names())
+def test_a_test_that_withholds_runs_its_visible_checks_under_the_declaration(chapter):
+    """What grading withholds, the visible checks withhold too (issue 49): each ``ex.withhold(...)`` is written
+    above the cell's visible-checks block (where the notebook runs it; the grader reads it anywhere in the cell),
+    and the block names the answer's functions (``answers=``), every function its answer cell defines."""
+    nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
+    defined = {cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer"):
+               sorted(n.name for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef))
+               for cell in nb.cells if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")}
+    wrong = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not meta.get("grade") or "ex.withhold(" not in cell.source:
+            continue
+        visible, _, hidden = cell.source.partition("### BEGIN HIDDEN TESTS")
+        blocks = [n for n in ast.walk(ast.parse(visible)) if isinstance(n, ast.Call)
+                  and getattr(n.func, "attr", "") == "visible_checks"]
+        named = sorted(e.id for b in blocks for k in b.keywords if k.arg == "answers" for e in k.value.elts)
+        if "ex.withhold(" in hidden or "ex.withhold(" not in visible.split("with ex.visible_checks(")[0]:
+            wrong.append(f"{meta['grade_id']}: ex.withhold(...) belongs above the visible-checks block")
+        if len(blocks) != 1 or named != defined[meta["grade_id"]]:
+            wrong.append(f"{meta['grade_id']}: answers={named}, its answer cell defines {defined[meta['grade_id']]}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("chapter", course.chapter_names())
+def test_no_message_cuts_a_value_without_saying_so(chapter):
+    """A value quoted in a check's message is shown by ``ex.shown``, whole or with a note of what was cut, never by
+    a bare ``{x!r:.80}``, which ends a message mid-number (issue 49)."""
+    nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
+    cuts = [line.strip() for cell in nb.cells if cell.cell_type == "code"
+            for line in cell.source.splitlines() if re.search(r"![rs]:\.\d+\}", line)]
+    assert not cuts, "\n".join(cuts)

@@ -195,3 +195,30 @@ def test_outside_ipython_a_failed_check_is_a_plain_assertion_error():
         "ExerciseError: lower bound = 1, expected 2 (tolerance: relative 1e-9)"
     assert any(frame.name == "check_close" for frame in traceback.extract_tb(err.value.__traceback__))
     assert "\n".join(err.value._render_traceback_()).count("check_close") >= 1  # not being handled: the full form
+
+
+def test_a_visible_block_withholds_what_its_cell_declares_from_the_answer_only(monkeypatch):
+    """Issue 49: an answer that reads a member the test withholds fails in the notebook, as when graded; the test's
+    own code, the chapter's other cells and the library keep the member, and it is back after the block."""
+    from scalelib import hardware as hw
+
+    monkeypatch.delenv(ex.STRICT_ENV, raising=False)
+    ns = {"ex": ex, "hw": hw}
+    run = lambda source, cell: exec(compile(source, cell, "exec"), ns)  # noqa: E731: a notebook cell of that name
+    run("def context_hosts(chip):\n    return chip.pod_hosts\n", "<a demo cell>")
+    run("def hosts(chip):\n    return chip.pod_hosts\ndef honest(chip):\n    return len(chip.name)\n"
+        "def via_demo(chip):\n    return context_hosts(chip)\n", "<answer cell>")
+    test = ("ex.withhold(hw.Chip.pod_hosts)\n"
+            "with ex.visible_checks('ch02-x', answers=({fn},)):\n"
+            "    want = hw.TPU_V5P.pod_hosts, context_hosts(hw.TPU_V5P)\n"  # the test's own code and a demo's
+            "    got = {fn}(hw.TPU_V5P)\n")
+    run(test.format(fn="honest"), "<test cell>")
+    for fn in ("hosts", "via_demo"):
+        with pytest.raises(ex.ExerciseError, match=r"Chip.pod_hosts is what this exercise asks you to compute"):
+            run(test.format(fn=fn), "<test cell>")
+    assert isinstance(hw.TPU_V5P.pod_hosts, int) and ns["hosts"](hw.TPU_V5P) == hw.TPU_V5P.pod_hosts  # restored
+    # a declaration in another cell (a hidden part that already ran, say) does not reach the next cell's block
+    run("ex.withhold(hw.Chip.pod_hosts)\n", "<other cell>")
+    run("with ex.visible_checks('ch02-y', answers=(hosts,)):\n    got = hosts(hw.TPU_V5P)\n", "<next test cell>")
+    with pytest.raises(TypeError, match="names the answer's functions"):
+        run("ex.withhold(hw.Chip.pod_hosts)\nwith ex.visible_checks('ch02-z'):\n    pass\n", "<a third cell>")
