@@ -19,7 +19,9 @@ into the comment of its answer cell. Re-running updates the rows in place; nothi
 graded copy holds only what the student's feedback page shows: the visible part of each test, never the hidden one.
 The folder's config stops nbgrader's own autograde (formgrader's Autograde button, ``nbgrader autograde``) with a
 message that points to ``python -m autograder grade``: it would run student code unsandboxed and replace these
-graded copies.
+graded copies. Its ``nbgrader export`` writes nbgrader's CSV through :mod:`autograder.nbgrader_export`, quoted and
+neutralised as the grader's own CSVs are. What a student's code printed or raised reaches the graded copies with
+control and format characters escaped (:func:`autograder.safe_text.printable_lines`).
 """
 
 from __future__ import annotations
@@ -64,7 +66,22 @@ class GradeInTheSandbox(NotebookExporter):
 
 
 c.Autograde.exporter_class = GradeInTheSandbox
+
+# `nbgrader export` writes its CSV with the course's exporter: nbgrader's own quotes nothing, so an id, name or
+# email such as `=1+1` or `a;b,c` would be a formula or shift the columns. It is named by its import path, not
+# imported here: were it missing, an import here would fail this whole file, which nbgrader then skips with a
+# logged error (and with it the guard above). Named, a python that cannot import it stops the export with an
+# error and writes nothing. A python without `autograder` gets the one that wrote this folder.
+import importlib.util  # noqa: E402
+import sys  # noqa: E402
+
+if importlib.util.find_spec("autograder") is None:
+    sys.path.append({grader_root!r})
+c.ExportApp.plugin_class = "autograder.nbgrader_export.SafeCsvExportPlugin"
 '''
+
+
+GRADER_ROOT = Path(__file__).resolve().parent.parent  # the folder that holds this grader's `autograder` package
 
 
 def db_url(course_dir: Path) -> str:
@@ -82,7 +99,7 @@ def prepare(course_dir: Path, chapter: str, solutions: Path = SOLUTIONS) -> Path
     (course_dir / "exchange").mkdir(exist_ok=True)
     (course_dir / "nbgrader_config.py").write_text(
         CONFIG.format(root=str(course_dir), course_id=COURSE_ID, db_url=db_url(course_dir),
-                      exchange=str(course_dir / "exchange")),
+                      exchange=str(course_dir / "exchange"), grader_root=str(GRADER_ROOT)),
         encoding="utf-8")
     nbgrader_course.generate(course_dir, chapter, solutions)  # the assignment and its grade cells
     return course_dir
@@ -106,7 +123,13 @@ def split_name(name: str) -> tuple[str, str]:
 
 
 # What formgrader's pages put into HTML and JavaScript as it is (its templates are not autoescaped: e.g.
-# `var student_id = "{{ student_id }}";`) and what cannot be a folder name
+# `var student_id = "{{ student_id }}";`) and what cannot be a folder name.
+# Not here, on purpose: `,` `;` and a leading `=` `+` `-` `@` (a leading tab or CR is a control character, hashed
+# anyway). They are harmless in formgrader's pages and in a folder name; what they broke was nbgrader's CSV export,
+# fixed where it writes (the folder's exporter, autograder.nbgrader_export), which also covers the roster's names and
+# emails that no id rule could reach. Hashing such ids would show formgrader `11~3f0a...` for a student who chose
+# `=1+1`, and a course folder already graded under the kept id would get a second row for the same student beside
+# the first (manual scores typed into the first would drop out of view).
 _UNSAFE_ID = re.compile(r"[\"'`\\<>&/]")
 
 
@@ -180,17 +203,20 @@ def forget(course_dir: Path, remove: bool) -> list[str]:
 
 def _student(gb: Any, student: str, row: dict[str, str] | None) -> str:
     """The student's row with what formgrader shows: the roster's name and email; a student off the roster keeps
-    the name it has, else gets the id as last name (nbgrader shows a missing name as "None, None"). Returns the
-    row's id (:func:`nbgrader_id`)."""
+    the name it has, else gets the id as last name (nbgrader shows a missing name as "None, None"). Names and
+    email are stored as :func:`autograder.safe_text.printable` writes them (formgrader's pages show them; a
+    bidirectional override or an escape sequence shows as its escape). Returns the row's id
+    (:func:`nbgrader_id`)."""
+    shown = safe_text.printable
     sid = nbgrader_id(student)
     if row is not None:
         first, last = split_name(row.get("name", ""))
-        gb.update_or_create_student(sid, first_name=first, last_name=last or student,
-                                    email=row.get("email") or None)
+        gb.update_or_create_student(sid, first_name=shown(first), last_name=shown(last or student),
+                                    email=shown(row.get("email") or "") or None)
         return sid
     s = gb.update_or_create_student(sid)
     if s.last_name is None and s.first_name is None:
-        s.first_name, s.last_name = "", student
+        s.first_name, s.last_name = "", shown(student)
     return sid
 
 
@@ -274,7 +300,9 @@ def _write_notebooks(course_dir: Path, chapter: str, sid: str, r: StudentResult,
 def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission: bytes) -> dict:
     """The released notebook (cell ids and nbgrader metadata as the gradebook knows them) with the student's answer
     in each answer cell (their helper cells before it) and, on each test cell, what our grader found. Nothing
-    runs; a submission that cannot be read leaves the stubs and says why."""
+    runs; a submission that cannot be read leaves the stubs and says why. The student's code and what it printed
+    or raised are shown with control and format characters escaped (:func:`autograder.safe_text.printable_lines`);
+    the submitted/ copy keeps the file as it was."""
     nb = copy.deepcopy(released)
     try:
         cells = json.loads(submission.decode("utf-8")).get("cells", [])
@@ -295,8 +323,8 @@ def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission:
         cell["outputs"] = []
         eid = exercise_of_answer(gid)
         if meta.get("solution") and eid is not None:
-            if eid in plan.answers:
-                cell["source"] = "\n\n".join([*plan.helpers.get(eid, []), plan.answers[eid]])
+            if eid in plan.answers:  # shown, never run: a control character in it shows as its escape
+                cell["source"] = safe_text.printable_lines("\n\n".join([*plan.helpers.get(eid, []), plan.answers[eid]]))
         elif meta.get("grade") and gid in ch.exercises:
             got, points = r.exercises.get(gid, 0.0), ch.exercises[gid].points
             text = f"{got:g} / {points:g} points: "
@@ -307,8 +335,9 @@ def graded_copy(released: dict, r: StudentResult, ch: align.Chapter, submission:
                 printed = r.outputs.get(gid, "").strip()
                 if printed:
                     text += f"\n\nthe test printed:\n{printed}"
+            # quotes what the student's code printed or raised: JupyterLab would act on its escape sequences
             cell["outputs"] = [{"output_type": "stream", "name": "stdout" if got == points else "stderr",
-                                "text": text + "\n"}]
+                                "text": safe_text.printable_lines(text) + "\n"}]
     nb["cells"].insert(0, {"cell_type": "markdown", "id": "scalelib-autograder-summary", "metadata": {},
                            "source": note})
     return nb

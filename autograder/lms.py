@@ -37,16 +37,18 @@ STUDENT = "student"  # the one submission's id inside an entry point's run
 
 
 def _test_text(r: StudentResult, eid: str, points: float) -> str:
+    """One exercise's text on the student's results page; what their code printed or raised is quoted with its
+    control and format characters escaped (safe_text.printable_lines), as on the feedback page."""
     got = r.exercises.get(eid, 0.0)
     if got == points and points > 0:
         return "all checks passed"
     text = r.messages.get(eid, "") or (f"{r.status}: {r.detail}" if r.detail else "no points")
     printed = r.outputs.get(eid, "").strip()
-    return text + (f"\nthe test printed:\n{printed}" if printed else "")
+    return printable_lines(text + (f"\nthe test printed:\n{printed}" if printed else ""))
 
 
 def _summary(r: StudentResult) -> str:
-    return f"{r.score:g} / {r.max_score:g} points ({r.status}{': ' + r.detail if r.detail else ''})"
+    return printable_lines(f"{r.score:g} / {r.max_score:g} points ({r.status}{': ' + r.detail if r.detail else ''})")
 
 
 def _set_by_instructor(r: StudentResult, eid: str, points: float, auto: float) -> str:

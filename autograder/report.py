@@ -2,7 +2,8 @@
 
 Every CSV is written by :func:`autograder.safe_text.csv_text`: text cells quoted, escaped and neutralised against
 formula injection (a leading ``=``, ``+``, ``-``, ``@`` gets an apostrophe; ``safe_text.uncell`` undoes it),
-numbers bare."""
+numbers bare. A feedback page shows each text HTML-escaped, its control and format characters (terminal escape
+sequences, bidirectional overrides) written as escapes (``safe_text.printable_lines``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autograder.safe_text import csv_text
+from autograder.safe_text import csv_text, printable_lines
 
 if TYPE_CHECKING:
     from autograder import align, submissions
@@ -145,8 +146,13 @@ def _verdict(r: StudentResult, eid: str, points: float) -> tuple[str, str, str]:
 
 def write_feedback(path: Path, chapter: str, r: StudentResult, ch: align.Chapter) -> None:
     """The student's page: each exercise with its title and id, its points, and for a failure the check's own
-    message and what the test printed (never the hidden tests' source)."""
-    e = html.escape
+    message and what the test printed (never the hidden tests' source). Every text on it is shown with its control
+    and format characters escaped (:func:`autograder.safe_text.printable_lines`): the messages, the output, the
+    detail, the file's name and the id may quote what the student's code or files hold."""
+
+    def e(text: str) -> str:
+        return html.escape(printable_lines(text))
+
     rows = []
     for eid, ex in ch.exercises.items():
         css, what, why = _verdict(r, eid, ex.points)

@@ -1,4 +1,5 @@
-"""autograder.gradebook (the end-to-end checks against nbgrader export are in test_grading.py)."""
+"""autograder.gradebook, and `nbgrader export` in the course folder it writes (autograder.nbgrader_export); the
+end-to-end checks of a graded class against nbgrader export are in test_grading.py."""
 
 import os
 import sys
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gradebook, nbgrader_course
+from autograder import gradebook, nbgrader_course, safe_text
 
 pytestmark = pytest.mark.grading
 
@@ -68,3 +69,137 @@ def test_rows_an_earlier_grader_wrote_under_unsafe_ids_are_found_told_and_remove
         assert gb.find_submission("01_rooflines", "alice")
     assert main(["forget-unsafe-ids", str(tmp_path)]) == 2  # not a course folder: said, nothing done
     assert "no gradebook.db" in capsys.readouterr().err
+
+
+# Issue 48: ids a student chose (file names give the ids), roster names and emails, each of which nbgrader's own CSV
+# export (fields joined with "," and never quoted) would write as a formula cell or as shifted columns
+EXPORT_CLASS = {  # student -> (roster row or None, points per exercise: the first n exercises answered)
+    "=1+1": ({"name": "Eq Uals", "email": "=HYPERLINK(\"http://x\")"}, 1),
+    "a;b,c": ({"name": "Semi, Colon", "email": "a@b.c,=2+2"}, 2),
+    "+cmd|' /C calc'!A0": (None, 3),  # off the roster: the id is the name formgrader shows
+    "new\nline": (None, 4),  # a line break in the id, hence in the last name
+    "plain": ({"name": "Line\nBreak -1+1", "email": "plain@example.org\n@SUM(A1)"}, 5),
+    "bidi": ({"name": "\u202eEve Gnp.exe", "email": "eve\x1b[2J@example.org"}, 6),  # formgrader shows them too
+    "absent": ({"name": "@Not Here", "email": ""}, 0),  # on the roster, no file: exported with 0
+}
+
+
+def test_nbgrader_export_in_the_course_folder_writes_a_csv_that_is_safe_to_open(tmp_path):
+    """The README's route to a CSV, `nbgrader export` run in the course folder the grader wrote, goes through the
+    folder's own exporter (autograder.nbgrader_export): nbgrader's columns, each row as wide as the header, no cell
+    that a spreadsheet would run as a formula (a leading = + - @ tab or CR is behind an apostrophe, as in grades.csv),
+    no line break or comma that moves a column; --student and --assignment choose rows as nbgrader's do. Under
+    nbgrader's own exporter (the config before issue 48), `a;b,c`'s row has 12 cells and `=1+1`'s id is a formula."""
+    import csv
+    import subprocess
+
+    from nbgrader.api import Gradebook
+
+    from autograder import align, course
+    from autograder.nbgrader_export import COLUMNS
+    from autograder.results import Status, StudentResult
+
+    chapter = "01_rooflines"
+    ch = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+    results, roster, expected = [], [], {}
+    for student, (row, answered) in EXPORT_CLASS.items():
+        points = {e: (x.points if i < answered else 0.0) for i, (e, x) in enumerate(ch.exercises.items())}
+        status = Status.MISSING if student == "absent" else Status.GRADED
+        results.append(StudentResult(student, status, sum(points.values()), ch.max_score, points))
+        expected[gradebook.nbgrader_id(student)] = 0.0 if status == Status.MISSING else sum(points.values())
+        if row is not None:
+            roster.append({"student": student, **row})
+    course_dir = gradebook.write(tmp_path / "course", chapter, results, roster=roster).parent
+
+    nbgrader = Path(sys.executable).parent / "nbgrader"
+
+    def export(*args: str) -> list[list[str]]:
+        target = tmp_path / "export.csv"
+        target.unlink(missing_ok=True)
+        subprocess.run([str(nbgrader), "export", "--to", str(target), *args], cwd=course_dir, check=True,
+                       capture_output=True)
+        with target.open(newline="", encoding="utf-8") as f:
+            return list(csv.reader(f))
+
+    header, *rows = export()
+    assert header == list(COLUMNS) == ["assignment", "duedate", "timestamp", "student_id", "last_name",
+                                       "first_name", "email", "raw_score", "late_submission_penalty", "score",
+                                       "max_score"]  # nbgrader 0.9's CsvExportPlugin's columns, in its order
+    assert len(rows) == len(EXPORT_CLASS)
+    for row in rows:
+        assert len(row) == len(header), row
+        for value in row:
+            assert not value.startswith(safe_text.FORMULA_TRIGGERS), row
+            assert value.isprintable(), row  # no line break, no control or format character
+    got = {safe_text.uncell(r[3]): r for r in rows}
+    assert set(got) == set(expected)
+    for sid, score in expected.items():
+        r = dict(zip(header, got[sid]))
+        assert r["assignment"] == chapter
+        assert float(r["score"]) == float(r["raw_score"]) == pytest.approx(score), r
+        assert float(r["max_score"]) == ch.max_score and float(r["late_submission_penalty"]) == 0
+    shown = {sid: dict(zip(header, r)) for sid, r in got.items()}
+    assert safe_text.uncell(shown["=1+1"]["email"]) == '=HYPERLINK("http://x")'
+    assert safe_text.uncell(shown["a;b,c"]["email"]) == "a@b.c,=2+2"
+    assert (shown["a;b,c"]["first_name"], shown["a;b,c"]["last_name"]) == ("Colon", "Semi")
+    assert shown["absent"]["timestamp"] == ""
+    odd = gradebook.nbgrader_id("+cmd|' /C calc'!A0")
+    assert safe_text.uncell(shown[odd]["last_name"]) == "+cmd|' /C calc'!A0"
+    assert safe_text.uncell(shown[gradebook.nbgrader_id("new\nline")]["last_name"]) == "new\nline"
+    assert shown["plain"]["email"] == "plain@example.org\\x0a@SUM(A1)"
+    assert (shown["bidi"]["first_name"], shown["bidi"]["email"]) == ("\\u202eEve", "eve\\x1b[2J@example.org")
+    with Gradebook(gradebook.db_url(course_dir)) as gb:  # what formgrader's pages show: no raw control character
+        held = [t for s in gb.students for t in (s.id, s.first_name, s.last_name, s.email) if t]
+    assert held and all(t.isprintable() for t in held), held
+
+    # nbgrader's options choose the rows as its own exporter does
+    assert sorted(safe_text.uncell(r[3]) for r in export("--student", "a;b,c", "--student", "plain")[1:]) == [
+        "a;b,c", "plain"]
+    assert len(export("--assignment", chapter)) == len(EXPORT_CLASS) + 1
+    assert export("--assignment", "no_such_chapter") == [header]
+
+
+def test_the_graded_copy_shows_what_a_student_printed_escaped_never_raw():
+    """Issue 48: formgrader opens each graded copy (and nbgrader's feedback is made from it): the student's answer
+    code in its answer cell, and under each test cell what the grader found, quoting what the student's code printed
+    or raised. JupyterLab acts on a terminal's escape sequences in a notebook's output and browsers on bidirectional
+    overrides: in the copy each shows as its escape, lines and tabs kept. The summary cell and the comments were
+    escaped before (safe_text.markdown_literal, markdown_inert)."""
+    import json
+
+    import nbformat
+
+    from autograder import align, course
+    from autograder.results import Status, StudentResult
+    from tests.notebook_answers import answered
+    from tests.test_safe_text import STUDENT_OUTPUT, assert_shown_escaped, raw_controls
+
+    chapter = "01_rooflines"
+    ch = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+    first, second = list(ch.exercises)[:2]
+
+    def hostile(gid: str, src: str) -> str:
+        return f"# {STUDENT_OUTPUT}\n{src}" if gid == course.answer_id(first) else src
+
+    submission = nbformat.writes(answered(chapter, hostile)).encode()
+    r = StudentResult("eve", Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
+                      detail=f"kernel said {STUDENT_OUTPUT}",
+                      messages={first: f"ExerciseError: {STUDENT_OUTPUT}"}, outputs={second: STUDENT_OUTPUT})
+    released = json.loads((course.CHAPTERS / f"{chapter}.ipynb").read_text(encoding="utf-8"))
+    nb = gradebook.graded_copy(released, r, ch, submission)
+
+    def texts(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+        return [t for item in items for t in texts(item)]
+
+    assert [safe_text.printable(c) for t in texts(nb) for c in raw_controls(t)] == []
+    cells = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id"): c for c in nb["cells"]}
+    answer = "".join(cells[course.answer_id(first)]["source"])
+    assert_shown_escaped(answer)
+    assert answer.startswith("# cleared \\x1b[2J") and "\n" in answer
+    for eid, quoted in [(first, "ExerciseError: cleared"), (second, "the test printed:\ncleared")]:
+        output = "".join(cells[eid]["outputs"][0]["text"])
+        assert quoted in output
+        assert_shown_escaped(output)

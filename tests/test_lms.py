@@ -143,6 +143,26 @@ def test_grade_lms_gradescope_writes_one_results_file_per_submission(tmp_path):
     assert data["tests"][1]["output"] == "ExerciseError: x" and data["tests"][1]["status"] == "failed"
 
 
+def test_what_a_student_printed_reaches_either_platform_escaped_never_raw():
+    """Issue 48: Gradescope and PrairieLearn show each test's text on the student's results page (as text, never
+    HTML); what the student's code printed or raised is in it, and the summary quotes the row's detail. Escape
+    sequences and bidirectional overrides show as their escapes, lines kept."""
+    from tests.test_safe_text import STUDENT_OUTPUT, assert_shown_escaped, raw_controls
+
+    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    first, second = list(ch.exercises)[:2]
+    r = StudentResult(lms.STUDENT, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
+                      detail=f"kernel said {STUDENT_OUTPUT}", messages={first: f"ExerciseError: {STUDENT_OUTPUT}"},
+                      outputs={second: STUDENT_OUTPUT})
+    gs, pl = lms.gradescope_results(r, ch), lms.prairielearn_results(r, ch)
+    texts = [gs["output"], pl["message"], *(t["output"] for t in gs["tests"]), *(t["message"] for t in pl["tests"])]
+    assert [t for t in texts if raw_controls(t)] == []
+    for text in (gs["output"], pl["message"], gs["tests"][0]["output"], gs["tests"][1]["output"],
+                 pl["tests"][0]["message"], pl["tests"][1]["message"]):
+        assert_shown_escaped(text)
+    assert "the test printed:\ncleared \\x1b[2J" in gs["tests"][1]["output"]
+
+
 def test_a_score_set_in_formgrader_reaches_gradescope_and_says_it_was_set():
     """Issue 48: Gradescope's results come from the class's results with formgrader's scores in place
     (autograder.exports); the test whose score the instructor set carries it, says so and keeps what the checks
