@@ -35,6 +35,7 @@ kernels with resource limits only.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import ctypes
 import ctypes.util
@@ -50,7 +51,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autograder import cgroups
+from autograder import cgroups, safe_text
 from autograder.report import atomic_write
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x02000000, 0x04000000, 0x08000000
@@ -697,12 +698,17 @@ class _StderrTap:
     blocks, and the flood is never forwarded as output of some later cell.
 
     Every line it forwards starts with :data:`KERNEL_LINE`, so that nothing the student writes there reads as the
-    launcher's own verdict (whose lines start with ``sandbox:``) in the log or a row.
+    launcher's own verdict (whose lines start with ``sandbox:``) in the log or a row. What the kernel wrote is
+    decoded as UTF-8 (a character split between two reads is joined; bytes that are no UTF-8 show as ``\\xNN``)
+    and its terminal escapes, bidirectional controls and other control characters but newline and tab are
+    written as text (:func:`autograder.safe_text.printable_lines`), so that ``cat`` of a kernel's log cannot drive
+    an instructor's terminal.
     """
 
     def __init__(self, fd: int, keep: int = 64 * 1024) -> None:
         self.fd, self.left, self.dropped = fd, keep, 0
         self.line_start = True
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="backslashreplace")
         os.set_blocking(fd, False)
 
     def _mark(self, data: bytes) -> bytes:
@@ -722,8 +728,9 @@ class _StderrTap:
                 if not chunk:
                     return
                 kept = chunk[: max(self.left, 0)]
-                if kept:
-                    os.write(2, self._mark(kept))
+                shown = safe_text.printable_lines(self._decoder.decode(kept)).encode() if kept else b""
+                if shown:  # empty while a character waits for the rest of its bytes
+                    os.write(2, self._mark(shown))
                 self.left -= len(kept)
                 self.dropped += len(chunk) - len(kept)
 

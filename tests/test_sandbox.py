@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import unicodedata
 import re
 import subprocess
 import sys
@@ -776,3 +777,27 @@ def test_student_text_on_stderr_never_passes_for_the_sandboxs_verdict(tmp_path):
     assert "exit status 9" in str(died.value), died.value  # what the grader saw
     assert sandbox.KERNEL_LINE + "sandbox: over the memory limit of 1 MB" in tail, tail  # kept, marked
     assert student._launcher_lines(tail) == "", tail  # never quoted in the row as the sandbox's
+
+
+def test_the_kernel_log_shows_terminal_escapes_and_bidi_controls_as_text(capfd):
+    """Issue 48, every output is safe to open: what a kernel writes to its stderr reaches logs/<student>.kernel.log
+    through the launcher's tap, which writes a terminal's escapes, bidirectional controls and the other control
+    characters as text (so `cat` of the log cannot clear the screen or retitle the window), joins a character
+    split between two reads and keeps lines and tabs."""
+    read_end, write_end = os.pipe()
+    tap = sandbox._StderrTap(read_end)
+    try:
+        capfd.readouterr()
+        data = "clear \x1b[2J\x1b]0;pwned\x07\tC1 \x9b31m bidi \u202egnp.exe\nnext line \x00 é\n".encode()
+        cut = data.index("é".encode()) + 1  # inside the two bytes of é
+        for part in (data[:cut], data[cut:], b"\xff raw byte\n"):
+            os.write(write_end, part)
+            tap.drain(0.5)
+    finally:
+        os.close(write_end)
+        tap.close()
+    err = capfd.readouterr().err
+    assert not [c for c in err if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\t"], repr(err)
+    k = sandbox.KERNEL_LINE
+    assert err == (f"{k}clear \\x1b[2J\\x1b]0;pwned\\x07\tC1 \\x9b31m bidi \\u202egnp.exe\n"
+                   f"{k}next line \\x00 é\n{k}\\xff raw byte\n"), repr(err)
