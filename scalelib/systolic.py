@@ -156,6 +156,18 @@ def mxu_padding(m: int, k: int, n: int, mxu_dim: int | None = None, chip: Chip |
     return Padding((m, k, n), padded, mxu_dim)
 
 
+# The drawings' sizes: a PE's three lines of text at TEXT_PT points fit in a square of PE_INCHES, and a figure of two
+# panels of a 3 x 3 array stays under 8 inches wide, so a notebook shows it at its own size (not scaled down).
+TEXT_PT = 8.5
+PE_INCHES = 1.0
+PANEL_MARGIN_INCHES = 0.9
+
+
+def _panel_inches(shape: tuple[int, ...]) -> tuple[float, float]:
+    """(width, height) of one cycle's panel for a PE grid of ``shape`` (rows, columns)."""
+    return PE_INCHES * shape[1] + PANEL_MARGIN_INCHES, PE_INCHES * shape[0] + PANEL_MARGIN_INCHES
+
+
 def draw_cycle(cycle: Cycle, ax: Any = None) -> tuple[Any, Any]:
     """One cycle: PE grid coloured by weight, activations and partial sums written in each PE.
 
@@ -164,7 +176,7 @@ def draw_cycle(cycle: Cycle, ax: Any = None) -> tuple[Any, Any]:
     import matplotlib.pyplot as plt
 
     if ax is None:
-        fig, ax = plt.subplots(figsize=(1.1 * cycle.weights.shape[1] + 1, 1.1 * cycle.weights.shape[0] + 1))
+        fig, ax = plt.subplots(figsize=_panel_inches(cycle.weights.shape))
     else:
         fig = ax.figure
     ax.imshow(np.ma.masked_invalid(cycle.weights), cmap="Blues", alpha=0.6)  # empty PEs left white
@@ -172,23 +184,25 @@ def draw_cycle(cycle: Cycle, ax: Any = None) -> tuple[Any, Any]:
         text = f"w={cycle.weights[k, n]:.3g}" if not np.isnan(cycle.weights[k, n]) else ""
         if m >= 0:
             text += f"\nx[{m},{k}]={cycle.x[k, n]:.3g}\nsum={cycle.psum[k, n]:.3g}"
-        ax.text(n, k, text, ha="center", va="center", fontsize=6)
+        ax.text(n, k, text, ha="center", va="center", fontsize=TEXT_PT)
     ax.set_xticks(range(cycle.weights.shape[1]))
     ax.set_yticks(range(cycle.weights.shape[0]))
-    ax.set_xlabel("column n (output)")
-    ax.set_ylabel("row k (contracting)")
+    ax.set_xlabel("column n (output)", fontsize=TEXT_PT)
+    ax.set_ylabel("row k (contracting)", fontsize=TEXT_PT)
+    ax.tick_params(labelsize=TEXT_PT)
     done = ", ".join(f"y[{m},{n}]" for m, n, _ in cycle.outputs)
-    ax.set_title(f"cycle {cycle.t} ({cycle.phase})" + (f": out {done}" if done else ""), fontsize=8)
+    ax.set_title(f"cycle {cycle.t} ({cycle.phase})" + (f": out {done}" if done else ""), fontsize=TEXT_PT + 0.5)
     return fig, ax
 
 
-def draw_cycles(run: SystolicRun, ts: Sequence[int] | None = None, ncols: int = 4) -> Any:
+def draw_cycles(run: SystolicRun, ts: Sequence[int] | None = None, ncols: int = 2) -> Any:
     """A grid of ``draw_cycle`` panels (default: every cycle). Returns the Figure."""
     import matplotlib.pyplot as plt
 
     ts = list(range(run.total_cycles)) if ts is None else list(ts)
     nrows = max(1, -(-len(ts) // ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.2 * ncols, 3.0 * nrows), squeeze=False)
+    width, height = _panel_inches(run.cycles[0].weights.shape)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False)
     for ax, t in zip(axes.flat, ts):
         draw_cycle(run.cycles[t], ax)
     for ax in list(axes.flat)[len(ts):]:

@@ -103,3 +103,25 @@ def test_drawing_returns_figures():
     grid = draw_cycles(run, ts=[0, 3, 5], ncols=2)
     assert len(grid.axes) == 4
     matplotlib.pyplot.close("all")
+
+
+def test_the_cycle_drawings_text_is_readable_and_fits_its_pe():
+    """Issue 49 (chapter 2's figure text was a few points): every text of the figure chapter 2 draws is at least
+    8 points at a width a notebook shows unscaled (under 8 inches), and each PE's text stays inside its square."""
+    rs = np.random.default_rng(0)
+    run = simulate(rs.integers(1, 5, (2, 3)).astype(float), rs.integers(1, 5, (3, 3)).astype(float))
+    fig = draw_cycles(run, ts=[2, 3, 5, 7])
+    try:
+        assert fig.get_size_inches()[0] <= 8.0, fig.get_size_inches()
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts, *ax.get_xticklabels(), *ax.get_yticklabels()]
+            assert min(t.get_fontsize() for t in texts if t.get_text()) >= 8, ax.get_title()
+            for t in ax.texts:
+                n, k = t.get_position()
+                box = t.get_window_extent(renderer)
+                (x0, y0), (x1, y1) = ax.transData.transform([(n - 0.5, k + 0.5), (n + 0.5, k - 0.5)])
+                assert x0 <= box.x0 and box.x1 <= x1 and y0 <= box.y0 and box.y1 <= y1, (ax.get_title(), t.get_text())
+    finally:
+        matplotlib.pyplot.close("all")
