@@ -255,4 +255,8 @@ def wait_at_barrier(barrier_id: str, timeout_s: int) -> None:
     """
     from jax._src import distributed as jax_distributed  # private, but stable across the supported range
 
-    jax_distributed.global_state.client.wait_at_barrier(barrier_id, int(timeout_s * 1000))
+    client = jax_distributed.global_state.client
+    if client is None:
+        raise RuntimeError(f"barrier {barrier_id!r}: jax.distributed is not initialized in this process; call "
+                           "scalelib.distributed.initialize() first")
+    client.wait_at_barrier(barrier_id, int(timeout_s * 1000))

@@ -351,8 +351,8 @@ def check_matmul(kind: Kind) -> list[str]:
         want = x.astype(np.float64) @ w.astype(np.float64)
         problems += compare.differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product",
                                         MATMUL_RTOL, MATMUL_ATOL)
-        grad_step = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1)))
-        grad_step = grad_step.lower(xs, ws).compile()
+        grad_step = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1))
+                            ).lower(xs, ws).compile()
         distributed.barrier(f"{kind} matmul gradient compiled")  # as in matmul_setup: compile, meet, then run
         grad = grad_step(xs, ws)
         # d/dX sum((X W) * G) = G W^T and d/dW = X^T G, in float64 as the product above (no program to compile)
