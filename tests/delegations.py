@@ -804,10 +804,8 @@ def fat_tree_per_node(nodes_per_su, sus, nics_per_node, link_bytes_per_s, leaves
 """,
         "ch11-q3-2-scale-out": """
 def scale_pod(gpus, gpus_per_su, leaves_per_su, leaf_up_ports, switch_ports):
-    base = fb.SuperPod(fb.H100_NODE, nodes_per_su=gpus_per_su // 8, sus=1, leaves_per_su=leaves_per_su,
-                       spines=leaf_up_ports, cables_per_leaf_spine=1, ib_switch_ports=switch_ports)
-    pod = base.scaled_to(gpus)
-    return pod.sus, pod.spines, pod.cables_per_leaf_spine, pod.spine_ports_used
+    plan = fb.scale_out_plan(gpus, gpus_per_su, leaves_per_su, leaf_up_ports, switch_ports)
+    return plan.sus, plan.spines, plan.cables_per_leaf_spine, plan.spine_ports_used
 """,
         "ch11-pop1-all-gather": """
 def all_gather_bf16(rows, cols, gpus, gpu_egress_bytes_per_s):
@@ -845,9 +843,8 @@ def sharp_sharded_all_reduce_s(d, f, y, link_bytes_per_s):
 """,
         "ch11-q4-4-spine": """
 def spine_sharp_all_reduce_s(num_bytes, leaves_per_su, spines, cables_per_leaf_spine, link_bytes_per_s):
-    pod = fb.SuperPod(fb.H100_NODE, leaves_per_su=leaves_per_su, spines=spines,
-                      cables_per_leaf_spine=cables_per_leaf_spine, ib_link_bytes_per_s=link_bytes_per_s)
-    return cc.all_reduce_s(num_bytes, pod.sus, pod.su_to_spine_bytes_per_s, sharp=True)
+    su_to_spine = fb.leaf_spine_bytes_per_s(leaves_per_su, spines, cables_per_leaf_spine, link_bytes_per_s)
+    return cc.all_reduce_s(num_bytes, fb.H100_SUPERPOD.sus, su_to_spine, sharp=True)
 """,
         "ch11-q4-5-tree": """
 def tree_all_gather_s(num_bytes, degrees, link_bytes_per_s):

@@ -91,7 +91,7 @@ REPRODUCERS = {
     "ch12-q3-2-2048-spine-switches": lambda i: POD.scaled_to(2048).spines,
     "ch12-q3-2-1024-leaf-ports-used": lambda i: POD.leaf_down_ports + POD.leaf_up_ports,
     "ch12-q3-2-2048-spine-ports-used": lambda i: POD.scaled_to(2048).spine_ports_used,
-    "ch12-q3-2-4096-spine-ports-needed": lambda i: POD.scaled_to(4096).spine_ports_used,
+    "ch12-q3-2-4096-spine-ports-needed": lambda i: POD.scale_out_plan(4096).spine_ports_used,
     "ch12-q3-2-4096-core-bw-per-node": lambda i: fb.switch_bytes_per_s(i["core_switches"], POD.ib_switch_ports,
                                                                        POD.ib_link_bytes_per_s) / i["nodes"],
     "ch12-q3-2-4096-spine-bw-per-node": lambda i: fb.switch_bytes_per_s(

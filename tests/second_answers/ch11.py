@@ -93,8 +93,10 @@ def fat_tree_per_node(nodes_per_su, sus, nics_per_node, link_bytes_per_s, leaves
         return links * link_bytes_per_s / nodes
 
     all_nodes = sus * nodes_per_su
-    leaf_ports_down = leaves_per_su * ((nodes_per_su * nics_per_node) // leaves_per_su)
-    return (per_node(nics_per_node, 1), per_node(leaf_ports_down, nodes_per_su),
+    down_per_leaf = (nodes_per_su * nics_per_node) // leaves_per_su   # the NIC cables landing on one leaf
+    up_per_leaf = spines * cables_per_leaf_spine
+    through = leaves_per_su * (down_per_leaf if down_per_leaf < up_per_leaf else up_per_leaf)
+    return (per_node(nics_per_node, 1), per_node(through, nodes_per_su),
             per_node(sus * leaves_per_su * spines * cables_per_leaf_spine, all_nodes),
             per_node(spines * switch_ports, all_nodes))
 """,
