@@ -147,10 +147,14 @@ def check_array_close(got: object, want: object, rtol: float, atol: float, name:
 # A test that truly needs another type (a dict with named entries, a string) says so in its visible check first.
 
 
+def _is_array(value: object) -> bool:
+    """Whether ``value`` is a NumPy array or a JAX one (not a subclass or a look-alike of another module)."""
+    return type(value) is np.ndarray or type(value).__module__.startswith("jax")
+
+
 def _is_vector(value: object) -> bool:
     """Whether ``value`` is a 1-D NumPy or JAX array."""
-    module = type(value).__module__
-    return (type(value) is np.ndarray or module.startswith("jax")) and getattr(value, "ndim", None) == 1
+    return _is_array(value) and getattr(value, "ndim", None) == 1
 
 
 def unpack(got: object, n: int, what: str) -> tuple:
@@ -177,8 +181,7 @@ def plain_bool(value: object, name: str = "answer") -> bool:
     """``value`` as a Python bool: a bool, a NumPy bool or a 0-d boolean array; a number (0, 1) is refused."""
     if type(value) is bool:
         return value
-    array = type(value) is np.ndarray or type(value).__module__.startswith("jax")
-    if isinstance(value, np.bool_) or (array and getattr(value, "shape", None) == ()
+    if isinstance(value, np.bool_) or (_is_array(value) and getattr(value, "shape", None) == ()
                                        and np.asarray(value).dtype == np.bool_):
         return bool(np.asarray(value).item())
     raise ExerciseError(f"{name} must be True or False, got a {type(value).__name__}: {shown(value)}")

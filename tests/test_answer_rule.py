@@ -13,9 +13,9 @@ cell of every solution notebook, visible and hidden part, without running it, an
 * a name bound to a student's function's result (``got = f(...)``) that the cell then indexes with a constant
   (``got[1]``), zips or loops over: unpack it first.
 
-A student's function is one a solution cell of the chapter defines. The body of an ``@ex.probe`` helper is not
-read: it runs in the student's kernel in the notebook and when graded alike, and returns plain data that the test
-then takes apart by the rule.
+A student's function is one an answer cell of the chapter defines (``align``'s ``Exercise.names``). The body of an
+``@ex.probe`` helper is not read: it runs in the student's kernel in the notebook and when graded alike, and returns
+plain data that the test then takes apart by the rule.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import course
+from autograder import align, course
 from scalelib import exercise as ex
 
 _CONTAINERS = {"tuple", "list", "bool"}
@@ -121,17 +121,10 @@ def breaches_in(source: str, student: set[str]) -> list[tuple[int, str]]:
     return sorted(set(out))
 
 
-def student_functions(nb) -> set[str]:
-    names: set[str] = set()
-    for cell in nb.cells:
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution"):
-            names |= {n.name for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.FunctionDef)}
-    return names
-
-
 def breaches(chapter: str) -> list[Breach]:
     nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
-    student = student_functions(nb)
+    student = {name for e in align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises.values()
+               for name in e.names}
     out = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -196,9 +189,8 @@ def test_a_test_that_withholds_runs_its_visible_checks_under_the_declaration(cha
     above the cell's visible-checks block (where the notebook runs it; the grader reads it anywhere in the cell),
     and the block names the answer's functions (``answers=``), every function its answer cell defines."""
     nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
-    defined = {cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer"):
-               sorted(n.name for n in ast.parse(cell.source).body if isinstance(n, ast.FunctionDef))
-               for cell in nb.cells if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("solution")}
+    exercises = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises
+    defined = {eid: list(e.names) for eid, e in exercises.items()}
     wrong = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import time
 from collections.abc import Iterator
 
@@ -33,6 +32,7 @@ import matplotlib.pyplot as plt
 import pytest
 
 from autograder import align, course
+from scalelib import exercise as ex
 
 # exercise id -> [(the mistake the text warns about, (text of the reference answer, the text that replaces it))]
 MISTAKES: dict[str, list[tuple[str, tuple[str, str]]]] = {
@@ -276,18 +276,12 @@ class Run:
 @pytest.fixture(scope="module")
 def runs() -> Iterator[dict[str, Run]]:
     """Each chapter of the table, run once; grading's strict checks (an unanswered exercise fails, not skips)."""
-    old = os.environ.get("SCALELIB_STRICT_CHECKS")
-    os.environ["SCALELIB_STRICT_CHECKS"] = "1"
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ex.STRICT_ENV, "1")
         started = time.perf_counter()
         done = {chapter: Run(chapter) for chapter in CHAPTERS}
         print(f"chapters {', '.join(CHAPTERS)} ran in {time.perf_counter() - started:.1f} s")
         yield done
-    finally:
-        if old is None:
-            os.environ.pop("SCALELIB_STRICT_CHECKS", None)
-        else:
-            os.environ["SCALELIB_STRICT_CHECKS"] = old
 
 
 def test_the_table_names_exercises_and_rewrites_of_their_reference_answers(runs: dict[str, Run]) -> None:
