@@ -133,3 +133,38 @@ def test_shared_base_names_finds_a_repeated_name(tmp_path):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     assert shared_base_names(tmp_path / "pkg") == {"cost.py": ["pkg.a.cost", "pkg.b.cost"]}
+
+
+def imports_between(graph: dict[str, set[str]], importer: str, imported: str) -> set[tuple[str, str]]:
+    """(module, what it imports) for every import from package ``importer`` (or its modules) of package
+    ``imported`` (or its modules)."""
+    def inside(name: str, package: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    return {(m, d) for m, deps in graph.items() if inside(m, importer) for d in deps if inside(d, imported)}
+
+
+# Each package owns its checks: the collective matmuls' are scalelib/kernels/matmul_selfcheck.py, which the parallel
+# selfcheck finds on disk without importing it. parallel takes from kernels only the online-softmax step its ring
+# attention shares with flash attention, never the collective matmuls or their checks.
+PARALLEL_FROM_KERNELS = {("scalelib.parallel.sequence", "scalelib.kernels.flash_attention")}
+
+
+def test_parallel_imports_no_collective_matmul_nor_check_from_kernels():
+    graph = import_graph(ROOT / "scalelib")
+    assert "scalelib.parallel.compare" in graph["scalelib.kernels.matmul_selfcheck"]  # the graph is read, not empty
+    extra = imports_between(graph, "scalelib.parallel", "scalelib.kernels") - PARALLEL_FROM_KERNELS
+    assert not extra, ("scalelib.parallel imports from scalelib.kernels: " +
+                       "; ".join(f"{m} -> {d}" for m, d in sorted(extra)) + " (a package's checks stay in its own "
+                       "<subject>_selfcheck module, which scalelib.parallel.selfcheck.suites finds on disk)")
+
+
+def test_imports_between_sees_packages_and_their_modules(tmp_path):
+    for rel, text in {"pkg/__init__.py": "", "pkg/a/__init__.py": "", "pkg/a/x.py": "from pkg import b\n",
+                      "pkg/a/y.py": "def f():\n    from pkg.b.z import g\n", "pkg/b/__init__.py": "",
+                      "pkg/b/z.py": "from pkg.a import x\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = import_graph(tmp_path / "pkg")
+    assert imports_between(graph, "pkg.a", "pkg.b") == {("pkg.a.x", "pkg.b"), ("pkg.a.y", "pkg.b.z")}
+    assert imports_between(graph, "pkg.b", "pkg.a") == {("pkg.b.z", "pkg.a.x")}

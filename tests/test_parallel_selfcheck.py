@@ -63,6 +63,14 @@ def test_every_registered_scheme_is_checked():
     assert all(cls.reference_step is Scheme.reference_step for cls in registry.SCHEMES.values())
 
 
+def test_the_checks_other_packages_own_are_found():
+    # the kernels' own checks (scalelib/kernels/matmul_selfcheck.py) come after the schemes, found on disk
+    assert [suite.__name__ for suite in selfcheck.suites()] == ["scalelib.kernels.matmul_selfcheck"]
+    names = [*selfcheck.plan(), *(f"collective_matmul.{k}" for k in ("all_gather", "reduce_scatter", "all_reduce"))]
+    assert list(selfcheck.checks()) == names
+    assert list(selfcheck.benchmarks()) == names  # every scheme is held by the 1 x 8 job, so none is left out
+
+
 def test_differences_are_reported():
     want = {"w": np.ones((2, 3)), "b": np.zeros(3)}
     assert compare.differences(want, want, "params") == []

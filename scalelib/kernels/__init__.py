@@ -7,7 +7,8 @@
 * Collective matmuls (book section 10): ``allgather_matmul``, ``matmul_reduce_scatter`` and
   ``matmul_all_reduce`` overlap a ring of ``ppermute`` sends with the chunks of a sharded matmul;
   ``collective_matmul.on_mesh`` wraps one in shard_map + jit, ``collective_matmul_cost`` says when
-  the sends hide under the arithmetic.
+  the sends hide under the arithmetic. ``matmul_selfcheck`` holds their checks on every device of a
+  job, which ``python -m scalelib.parallel.selfcheck`` finds on disk and runs after the schemes.
 """
 
 from scalelib.kernels.collective_matmul import (

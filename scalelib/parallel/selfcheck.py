@@ -7,15 +7,20 @@
 One line per scheme: ``<scheme> ok``, what differed, or why it was skipped; the exit status is 1 if
 anything differed, 2 for a job it cannot check (fewer than 2 devices, an unknown scheme).
 Every case (``plan()``: each registered scheme, ZeRO at its three stages, both pipeline orders and
-both sequence methods, and the three collective matmuls) builds its inputs per process
+both sequence methods) builds its inputs per process
 (``distributed.from_host`` for the state every process can make from the same seed,
 ``distributed.from_process_rows`` for the rows of the batch its devices hold), runs the scheme's step on
 a mesh spanning every process, gathers the results (``distributed.to_host``) and compares them with
 the same step on one device (each process computes it alone, so no collective waits for work only one
 process does; the processes meet at a barrier before each scheme's first collective): the loss and
 weights after each of 3 steps, the first step's gradients and the last Adam moments, at the tolerances of
-tests/test_parallel_schemes.py and tests/test_collective_matmul.py. The compiled program's collectives
-are held against the scheme's prediction as those tests do.
+tests/test_parallel_schemes.py. The compiled program's collectives are held against the scheme's prediction
+as those tests do.
+
+After the schemes come the checks other packages own, each in a ``<subject>_selfcheck`` module found on
+disk (``suites``): the three collective matmuls of ``scalelib/kernels/matmul_selfcheck.py``,
+``collective_matmul.<kind>``.
+This module imports none of them: the checks of a package stay with it, and parallel leans on none.
 
 Any job of 2 or more devices, split over any number of processes with the same count each, is checked:
 the meshes are laid out for the job (``plan``). Each mesh takes the same number of devices from every
@@ -37,6 +42,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from scalelib.parallel import compare
@@ -46,11 +52,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from scalelib import train
-    from scalelib.kernels.collective_matmul import Kind
     from scalelib.transformer import TransformerConfig
 
 RTOL, ATOL = compare.RTOL, compare.ATOL
-MATMUL_RTOL, MATMUL_ATOL = compare.MATMUL_RTOL, compare.MATMUL_ATOL
 STEPS = 3
 DEVICES = 8  # a single process's CPU devices, and the job's CPU devices under a cluster launcher
 KV_HEADS = 4  # of the tensor-parallel model: its model axis divides them
@@ -306,95 +310,47 @@ def check_scheme(case: Case) -> list[str]:
     return problems
 
 
-MATMUL_KINDS: tuple[Kind, ...] = ("all_gather", "reduce_scatter", "all_reduce")
+SUITES = "*_selfcheck.py"  # the modules through which the other scalelib packages offer their own checks here
 
 
-def matmul_setup(kind: Kind, bidirectional: bool) -> tuple[Any, Any, jax.Array, jax.Array, np.ndarray, np.ndarray, int]:
-    """(on_mesh function, compiled, placed x, placed w, host x, host w, tiles) on a ring of every device."""
-    import jax
-    import numpy as np
+def suites() -> list[ModuleType]:
+    """The checks the other scalelib packages own: every ``<subject>_selfcheck`` module below scalelib (the
+    collective matmuls' is ``scalelib/kernels/matmul_selfcheck.py``), by dotted name. Each offers
+    ``checks(devices, processes)`` and ``benchmarks(devices, processes)`` like this module's, named
+    ``<subject>.<case>``. They are found on disk and imported only when asked for, so parallel imports none
+    of them (tests/test_import_graph.py) and a package adds its checks without a line here."""
+    import importlib
+    from pathlib import Path
 
-    from scalelib import compat, distributed
-    from scalelib.kernels import collective_matmul as cm
-
-    n = jax.device_count()
-    tiles = 2 if kind == "all_reduce" else 1
-    b, k, f = 4, 4 * n, 4 * n * tiles  # local blocks of 4 columns: even halves on every ring
-    rng = np.random.default_rng(0)
-    x, w = rng.standard_normal((b, k)).astype(np.float32), rng.standard_normal((k, f)).astype(np.float32)
-    mesh = compat.make_mesh((n,), ("Y",))
-    lhs, rhs, _ = cm.shardings(kind, "Y", None)
-    fn: Any = cm.on_mesh(mesh, kind, "Y", None, bidirectional, num_tiles=tiles)  # carries .jitted
-    xs = distributed.from_host(x, jax.sharding.NamedSharding(mesh, lhs.spec))
-    ws = distributed.from_host(w, jax.sharding.NamedSharding(mesh, rhs.spec))
-    compiled = fn.jitted.lower(xs, ws).compile()
-    distributed.barrier(f"{kind} matmul compiled")
-    return fn, compiled, xs, ws, x, w, tiles
-
-
-def check_matmul(kind: Kind) -> list[str]:
-    """The ``kind`` collective matmul, one way and both ways, on a ring through every device: product
-    and gradients against the unsharded ones; its ppermutes traced and, compiled, no other collective."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from scalelib import distributed, hlo
-    from scalelib import ring_collectives as rc
-    from scalelib.kernels import collective_matmul as cm
-
-    problems, n = [], jax.device_count()
-    for bidi in (False, True):
-        way = "both ways" if bidi else "one way"
-        fn, compiled, xs, ws, x, w, tiles = matmul_setup(kind, bidi)
-        probe = np.random.default_rng(1).standard_normal((x.shape[0], w.shape[1])).astype(np.float32)  # dL/dOut
-        want = x.astype(np.float64) @ w.astype(np.float64)
-        problems += compare.differences(distributed.to_host(compiled(xs, ws)), want, f"{way} product",
-                                        MATMUL_RTOL, MATMUL_ATOL)
-        grad_step = jax.jit(jax.grad(lambda a, c, f=fn, g=probe: jnp.sum(f.jitted(a, c) * g), argnums=(0, 1))
-                            ).lower(xs, ws).compile()
-        distributed.barrier(f"{kind} matmul gradient compiled")  # as in matmul_setup: compile, meet, then run
-        grad = grad_step(xs, ws)
-        # d/dX sum((X W) * G) = G W^T and d/dW = X^T G, in float64 as the product above (no program to compile)
-        g64, x64, w64 = probe.astype(np.float64), x.astype(np.float64), w.astype(np.float64)
-        problems += compare.differences(distributed.to_host(grad), (g64 @ w64.T, x64.T @ g64), f"{way} gradient",
-                                        MATMUL_RTOL, MATMUL_ATOL)
-        sends, want_sends = rc.trace_ppermutes(fn.jitted, xs, ws).sends, cm.expected_ppermutes(kind, n, bidi, tiles)
-        if sends != want_sends:
-            problems.append(f"{way}: {sends} ppermutes traced, {want_sends} predicted")
-        kinds = {o.kind for o in hlo.collective_ops(compiled.as_text(), {"Y": n})}
-        if kinds != {"collective_permute"}:
-            problems.append(f"{way}: compiled collectives {sorted(kinds)}, predicted only collective_permute")
-    return problems
-
-
-def matmul_step(kind: Kind) -> tuple[Callable, tuple]:
-    _, compiled, xs, ws, *_ = matmul_setup(kind, False)
-    return compiled, (xs, ws)
+    root = Path(__file__).resolve().parents[1]
+    names = sorted(".".join(("scalelib", *path.relative_to(root).with_suffix("").parts))
+                   for path in root.rglob(SUITES))
+    return [importlib.import_module(name) for name in names]
 
 
 def checks(devices: int = DEVICES, processes: int = 1) -> dict[str, Callable[[], list[str]] | Skip]:
-    """Scheme name -> a check returning what differed (empty: the scheme matched), or why this job
-    (``devices`` over ``processes``) skips it. Every name is there whatever the job."""
+    """Check name -> a check returning what differed (empty: it matched), or why this job (``devices``
+    over ``processes``) skips it: every scheme case, then each other package's checks (``suites``).
+    Every name is there whatever the job."""
     out: dict[str, Callable[[], list[str]] | Skip] = {
         name: functools.partial(check_scheme, case) if isinstance(case, Case) else case
         for name, case in plan(devices, processes).items()}
-    for kind in MATMUL_KINDS:
-        out[f"collective_matmul.{kind}"] = functools.partial(check_matmul, kind)
+    for suite in suites():
+        out.update(suite.checks(devices, processes))
     return out
 
 
 def benchmarks(devices: int = DEVICES, processes: int = 1) -> dict[str, Callable[[], tuple[Callable, tuple]]]:
-    """Scheme name -> a function building (compiled step, its placed inputs), for timing (the schemes
-    this job holds)."""
+    """Check name -> a function building (compiled step, its placed inputs), for timing: the schemes
+    this job holds, then each other package's (``suites``)."""
     def scheme_step(case: Case) -> tuple[Callable, tuple]:
         _, s, t, compiled = setup(case)
         return compiled, (s, t)
 
     out: dict[str, Callable[[], tuple[Callable, tuple]]] = {
         name: functools.partial(scheme_step, case) for name, case in cases(devices, processes).items()}
-    for kind in MATMUL_KINDS:
-        out[f"collective_matmul.{kind}"] = functools.partial(matmul_step, kind)
+    for suite in suites():
+        out.update(suite.benchmarks(devices, processes))
     return out
 
 
