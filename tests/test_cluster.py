@@ -279,11 +279,12 @@ def test_selfcheck_through_mpirun(tmp_path):
     token = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SCALELIB_", "OMPI_", "PMI"))}
     env.update({MARKER: token, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"})
-    cores = "import os; print('cores', len(os.sched_getaffinity(0)))"
+    # one write(2) per rank: print() with PYTHONUNBUFFERED writes word by word, and mpirun interleaves the ranks' words
+    cores = "import os; os.write(1, f'cores {len(os.sched_getaffinity(0))}\\n'.encode())"
     try:
         bound = run([*readme_mpirun()[:-2], "-c", cores], env, timeout_s=120)
         assert bound.returncode == 0, bound.stdout + bound.stderr
-        assert bound.stdout.split() == ["cores", str(len(os.sched_getaffinity(0)))] * 2, bound.stdout
+        assert sorted(bound.stdout.splitlines()) == [f"cores {len(os.sched_getaffinity(0))}"] * 2, bound.stdout
         _selfcheck_ran(run(readme_mpirun(MPIRUN_CHECK), env, timeout_s=600), "mpirun", MPIRUN_CHECK)
     finally:
         _sweep(token)
