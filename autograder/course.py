@@ -19,6 +19,8 @@ CHAPTERS = ROOT / "chapters"
 CODE_STUB = '# YOUR CODE HERE\nraise NotImplementedError("write your answer here")'
 ANSWER_SUFFIX = "-answer"  # an answer cell's nbgrader grade_id is its exercise's id and this
 
+MEMORY_MB = 6144  # the one default memory limit of a grading kernel (pyproject's memory-mb overrides it)
+
 
 def answer_id(exercise: str) -> str:
     """The grade_id of ``exercise``'s answer cell."""
@@ -35,7 +37,7 @@ class Settings:
     install_source: str  # what the Colab set-up cell pip-installs ("": not configured)
     cell_timeout_s: int  # per-cell limit while grading
     notebook_timeout_s: int = 3600  # per-notebook limit while grading
-    memory_mb: int = 6144  # address-space limit of one grading kernel (0: none)
+    memory_mb: int = MEMORY_MB  # one grading kernel's sandbox, all its processes together (0: none)
     disk_mb: int = 1024  # all files of one grading kernel together (a tmpfs, also counted as its memory)
     max_output_bytes: int = 1_000_000  # text output kept per graded notebook
 
@@ -51,7 +53,7 @@ def settings_from_text(text: str) -> Settings:
         return Settings(install_source=str(own["install-source"]).strip(),
                         cell_timeout_s=int(own.get("cell-timeout-s", 600)),
                         notebook_timeout_s=int(own.get("notebook-timeout-s", 3600)),
-                        memory_mb=int(own.get("memory-mb", 6144)),
+                        memory_mb=int(own.get("memory-mb", MEMORY_MB)),
                         disk_mb=int(own.get("disk-mb", 1024)),
                         max_output_bytes=int(own.get("max-output-bytes", 1_000_000)))
     except KeyError:

@@ -13,8 +13,8 @@ trees to ``ast`` objects and are not serialised.
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import builtins
 import sys

@@ -28,7 +28,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import align, course
+from autograder import course
+from autograder.instructor import chapter_model
 from scalelib import exercise as ex
 
 _CONTAINERS = {"tuple", "list", "bool"}
@@ -123,7 +124,7 @@ def breaches_in(source: str, student: set[str]) -> list[tuple[int, str]]:
 
 def breaches(chapter: str) -> list[Breach]:
     nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
-    student = {name for e in align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises.values()
+    student = {name for e in chapter_model.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises.values()
                for name in e.names}
     out = []
     for cell in nb.cells:
@@ -189,7 +190,7 @@ def test_a_test_that_withholds_runs_its_visible_checks_under_the_declaration(cha
     above the cell's visible-checks block (where the notebook runs it; the grader reads it anywhere in the cell),
     and the block names the answer's functions (``answers=``), every function its answer cell defines."""
     nb = nbformat.read(course.SOLUTIONS / f"{chapter}.ipynb", as_version=4)
-    exercises = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises
+    exercises = chapter_model.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb").exercises
     defined = {eid: list(e.names) for eid, e in exercises.items()}
     wrong = []
     for cell in nb.cells:

@@ -17,7 +17,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder import course, release
+from autograder import course
+from autograder.instructor import release
 from scalelib import exercise
 from tests.conftest import FAST_COMPILE_XLA_FLAGS, IpcKernelManager
 

@@ -39,7 +39,7 @@ import nbformat
 import pytest
 
 from autograder import course
-from autograder.__main__ import main as autograder_main
+from autograder.cli.main import main as autograder_main
 from scalelib import launch
 from scalelib.launch import free_port
 from tests.notebook_answers import answered

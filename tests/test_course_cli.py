@@ -107,8 +107,8 @@ def test_each_suite_run_compiles_into_its_own_new_cache_folder_removed_after(mon
 def test_grade_receives_every_path_of_the_command_line_absolute(tmp_path, monkeypatch):
     """Issue 48: a relative ``--out`` meant another folder once the process's working directory moved while the
     grader's threads ran; the entry resolves every path once, before any thread starts."""
-    from autograder import __main__ as cli
-    from autograder import grade
+    from autograder.cli import main as cli
+    from autograder.grading import class_run
 
     seen = {}
 
@@ -116,7 +116,7 @@ def test_grade_receives_every_path_of_the_command_line_absolute(tmp_path, monkey
         seen.update(path=path, out=out, roster=kwargs["roster"], nbgrader_dir=kwargs["nbgrader_dir"])
         return []
 
-    monkeypatch.setattr(grade, "grade", fake_grade)
+    monkeypatch.setattr(class_run, "grade", fake_grade)
     monkeypatch.chdir(tmp_path)
     assert cli.main(["grade", "subs.zip", "--chapter", "01", "--out", "OUT", "--roster", "people/roster.csv",
                      "--nbgrader-course", "../course"]) == cli.GRADED
@@ -129,8 +129,9 @@ def test_doctor_prints_each_check_before_the_next_one_runs(monkeypatch):
     """``doctor``'s checks take seconds each (sandboxes and kernels are started): each line is printed and flushed
     as soon as its check is known, not all of them at the end. Checked by what had been flushed when each later
     check started, not by timing."""
-    from autograder import __main__ as cli
-    from autograder import libcheck, sandbox, zygote
+    from autograder.cli import main as cli
+    from autograder.kernel import forkserver, library_proof
+    from autograder.sandbox import probes
 
     flushed: list[str] = []
 
@@ -146,11 +147,11 @@ def test_doctor_prints_each_check_before_the_next_one_runs(monkeypatch):
             return result
         return run
 
-    check = sandbox.HostCheck
-    monkeypatch.setattr(sandbox, "host_checks", stage("sandbox", [check("user namespaces", True, "fine", True),
+    check = probes.HostCheck
+    monkeypatch.setattr(probes, "host_checks", stage("sandbox", [check("user namespaces", True, "fine", True),
                                                                    check("memory cgroup", False, "polled", False)]))
-    monkeypatch.setattr(zygote, "host_checks", stage("fork server", [check("fork server", True, "forks", False)]))
-    monkeypatch.setattr(libcheck, "doctor", stage("scalelib", (True, "the grader's own")))
+    monkeypatch.setattr(forkserver, "host_checks", stage("fork server", [check("fork server", True, "forks", False)]))
+    monkeypatch.setattr(library_proof, "doctor", stage("scalelib", (True, "the grader's own")))
     console = Console()
     with contextlib.redirect_stdout(console):
         assert cli.main(["doctor"]) == 0
@@ -164,9 +165,9 @@ def test_export_refuses_what_is_no_finished_class_it_can_rewrite(tmp_path, capsy
     """Issue 48: `python -m autograder export` rewrites a class's files from its results/ and gradebook; it refuses,
     naming what to do, a folder without shard.json, a shard (it has no gradebook), a run that did not finish, another
     roster than the class's, and a folder without a gradebook. Nothing is written when it refuses."""
-    from autograder import shards
-    from autograder.__main__ import main
+    from autograder.cli.main import main
     from autograder.course import SOLUTIONS
+    from autograder.grading import shards
 
     solution_hash = shards.sha256_file(SOLUTIONS / "01_rooflines.ipynb")
     roster = tmp_path / "roster.csv"

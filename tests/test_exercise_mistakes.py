@@ -31,7 +31,8 @@ from collections.abc import Iterator
 import matplotlib.pyplot as plt
 import pytest
 
-from autograder import align, course
+from autograder import course
+from autograder.instructor import chapter_model
 from scalelib import exercise as ex
 
 # exercise id -> [(the mistake the text warns about, (text of the reference answer, the text that replaces it))]
@@ -243,7 +244,7 @@ class Run:
     in a copy of the namespace that stood above its answer cell."""
 
     def __init__(self, chapter: str) -> None:
-        self.chapter = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+        self.chapter = chapter_model.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
         self.name = chapter
         self.above: dict[str, tuple[dict, str]] = {}  # exercise -> (namespace above its answer cell, that cell's name)
         self.tests: dict[str, tuple[str, str]] = {}  # exercise -> (its test cell's source, that cell's name)
@@ -260,7 +261,7 @@ class Run:
     @staticmethod
     def _exec(src: str, cell: str, ns: dict) -> None:
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(align._strip_magics(src), cell, "exec"), ns)  # the course's own notebook cells
+            exec(compile(chapter_model._strip_magics(src), cell, "exec"), ns)  # the course's own notebook cells
 
     def check(self, eid: str, answer: str) -> None:
         above, answer_cell = self.above[eid]

@@ -1,4 +1,4 @@
-"""autograder.gradebook, and `nbgrader export` in the course folder it writes (autograder.nbgrader_export); the
+"""autograder.outputs.gradebook, and `nbgrader export` in the course folder it writes (autograder.outputs.nbgrader_export); the
 end-to-end checks of a graded class against nbgrader export are in test_grading.py."""
 
 import os
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import gradebook, nbgrader_course, safe_text
+from autograder import safe_text
+from autograder.instructor import nbgrader_course
+from autograder.outputs import gradebook
 
 pytestmark = pytest.mark.grading
 
@@ -41,7 +43,7 @@ def test_rows_an_earlier_grader_wrote_under_unsafe_ids_are_found_told_and_remove
     removes them (with --yes) and nothing else."""
     from nbgrader.api import Gradebook
 
-    from autograder.__main__ import main
+    from autograder.cli.main import main
 
     course_dir = gradebook.prepare(tmp_path / "course", "01_rooflines")
     bad = ["<img src=x onerror=alert(1)>", 'x"y', "a\x1b[2Jb"]
@@ -86,7 +88,7 @@ EXPORT_CLASS = {  # student -> (roster row or None, points per exercise: the fir
 
 def test_nbgrader_export_in_the_course_folder_writes_a_csv_that_is_safe_to_open(tmp_path):
     """The README's route to a CSV, `nbgrader export` run in the course folder the grader wrote, goes through the
-    folder's own exporter (autograder.nbgrader_export): nbgrader's columns, each row as wide as the header, no cell
+    folder's own exporter (autograder.outputs.nbgrader_export): nbgrader's columns, each row as wide as the header, no cell
     that a spreadsheet would run as a formula (a leading = + - @ tab or CR is behind an apostrophe, as in grades.csv),
     no line break or comma that moves a column; --student and --assignment choose rows as nbgrader's do. Under
     nbgrader's own exporter (the config before issue 48), `a;b,c`'s row has 12 cells and `=1+1`'s id is a formula."""
@@ -95,12 +97,13 @@ def test_nbgrader_export_in_the_course_folder_writes_a_csv_that_is_safe_to_open(
 
     from nbgrader.api import Gradebook
 
-    from autograder import align, course
-    from autograder.nbgrader_export import COLUMNS
+    from autograder import course
+    from autograder.instructor import chapter_model
+    from autograder.outputs.nbgrader_export import COLUMNS
     from autograder.results import Status, StudentResult
 
     chapter = "01_rooflines"
-    ch = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
     results, roster, expected = [], [], {}
     for student, (row, answered) in EXPORT_CLASS.items():
         points = {e: (x.points if i < answered else 0.0) for i, (e, x) in enumerate(ch.exercises.items())}
@@ -169,13 +172,14 @@ def test_the_graded_copy_shows_what_a_student_printed_escaped_never_raw():
 
     import nbformat
 
-    from autograder import align, course
+    from autograder import course
+    from autograder.instructor import chapter_model
     from autograder.results import Status, StudentResult
     from tests.notebook_answers import answered
     from tests.test_safe_text import STUDENT_OUTPUT, assert_shown_escaped, raw_controls
 
     chapter = "01_rooflines"
-    ch = align.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{chapter}.ipynb")
     first, second = list(ch.exercises)[:2]
 
     def hostile(gid: str, src: str) -> str:

@@ -17,7 +17,9 @@ import zipfile
 import nbformat
 import pytest
 
-from autograder import course, grade, report, safe_text
+from autograder import course, safe_text
+from autograder.grading import class_run
+from autograder.outputs import tables
 from tests.notebook_answers import answered, delegating, second_answers
 from tests.test_grading_chapters import check_second_answers_score_full
 
@@ -116,7 +118,7 @@ def graded(tmp_path_factory):
     out = tmp / "out"
     console = io.StringIO()
     with contextlib.redirect_stdout(console):
-        results = {r.student: r for r in grade.grade(archive, CHAPTER, out, roster=roster,
+        results = {r.student: r for r in class_run.grade(archive, CHAPTER, out, roster=roster,
                                                      unrestricted=frozenset({"delegator_open"}))}
     (tmp / "console.txt").write_text(console.getvalue(), encoding="utf-8")
     rows = {safe_text.uncell(row["student"]): row for row in csv.DictReader((out / "grades.csv").open())}
@@ -131,7 +133,7 @@ def test_full_marks_for_a_complete_answer(graded):
 
 def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
     _, _, out = graded
-    assert not (out / "logs" / report.INSTRUCTOR_LOG).exists(), (out / "logs" / report.INSTRUCTOR_LOG).read_text()
+    assert not (out / "logs" / tables.INSTRUCTOR_LOG).exists(), (out / "logs" / tables.INSTRUCTOR_LOG).read_text()
 
 
 def test_the_console_holds_progress_and_the_run_not_what_the_tests_printed(graded):
@@ -150,7 +152,7 @@ def test_the_console_holds_progress_and_the_run_not_what_the_tests_printed(grade
 
 
 def test_untouched_notebook_scores_zero(graded):
-    from autograder.student import NOT_RUN_STUB
+    from autograder.judging.student_steps import NOT_RUN_STUB
 
     results, rows, out = graded
     assert results["bob"].status == "graded" and results["bob"].score == 0
@@ -163,7 +165,7 @@ def test_stubs_beside_an_answer_are_run_and_judged_in_its_kernel(graded):
     """The grader skips a group's kernel only when every answer of the group is still its released stub (bob, in
     tests/test_grading_chapters.py): beside one real answer, the stubs run in the kernel and the judge finds that
     they still raise."""
-    from autograder.student import NOT_RUN_STUB
+    from autograder.judging.student_steps import NOT_RUN_STUB
 
     results, _, out = graded
     frank, alice = results["frank"], results["alice"]
@@ -199,7 +201,7 @@ def test_results_reach_the_nbgrader_gradebook_and_export(graded):
 
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook
+    from autograder.outputs import gradebook
 
     results, rows, out = graded
     course_dir = out / "nbgrader"
@@ -268,7 +270,7 @@ def test_nbgraders_own_autograde_refuses_before_it_runs_or_changes_anything(grad
 def test_regrading_keeps_a_manual_score_and_flags_it(graded):
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook
+    from autograder.outputs import gradebook
 
     results, _, out = graded
     course_dir = out / "nbgrader"
@@ -305,10 +307,10 @@ def test_feedback_a_student_understands(graded):
     hidden test; pages a web server can read."""
     import html
 
-    from autograder import align
+    from autograder.instructor import chapter_model
 
     results, rows, out = graded
-    ch = align.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
     alice, carol = ((out / "feedback" / f"{s}.html").read_text() for s in ("alice", "carol"))
     for eid, ex in ch.exercises.items():
         assert ex.title.startswith("Exercise 1.") and f"{html.escape(ex.title)}<br>" in alice and eid in alice
@@ -350,7 +352,7 @@ def test_csv_cells_and_console_lines_are_safe_to_open(graded, tmp_path):
                        "sis_id": "-3+4", "login": "@SUM(A1)", "section": "+A\x1b[2J"},
                       {"student": "=1+2", "name": "\tTab Start", "id": "102", "sis_id": "\r=1", "login": "",
                        "section": ""}]
-    report.write_canvas_csv(out / "canvas.csv", CHAPTER, list(results.values()), hostile_roster,
+    tables.write_canvas_csv(out / "canvas.csv", CHAPTER, list(results.values()), hostile_roster,
                             results["alice"].max_score)
     triggers = ("=", "+", "-", "@", "\t", "\r")
     for name in ("grades.csv", "grades_long.csv", "submissions.csv", "canvas.csv"):
@@ -406,13 +408,14 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
 
     from nbgrader.api import Gradebook
 
-    from autograder import align, gradebook
+    from autograder.instructor import chapter_model
+    from autograder.outputs import gradebook
     from tests import formgrader_browser
 
     sync_api = formgrader_browser.browser_or_skip()
     results, _, out = graded
     course_dir = out / "nbgrader"
-    ch = align.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CHAPTER}.ipynb")
     submitted = sorted(s for s, r in results.items() if r.status != "missing")
     shown = "".join(c.source for c in nbformat.read(course.CHAPTERS / f"{CHAPTER}.ipynb", as_version=4).cells)
     shown += "".join(e.answer_source for e in ch.exercises.values())
@@ -426,7 +429,7 @@ def test_formgrader_shows_each_graded_notebook_in_a_real_browser(graded, tmp_pat
             assert (folder / f"{CHAPTER}.ipynb").is_file() and (folder / "timestamp.txt").is_file(), (kind, s)
         graded_nb = json.loads((course_dir / "autograded" / gradebook.nbgrader_id(s) / CHAPTER /
                                 f"{CHAPTER}.ipynb").read_text())
-        text = json.dumps(graded_nb) + "".join(align.source_of(c) + json.dumps(c.get("outputs")) for c in graded_nb["cells"])
+        text = json.dumps(graded_nb) + "".join(chapter_model.source_of(c) + json.dumps(c.get("outputs")) for c in graded_nb["cells"])
         assert not [line for line in hidden if line in text], s
     released = json.loads((course_dir / "release" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
     copy = json.loads((course_dir / "autograded" / "alice" / CHAPTER / f"{CHAPTER}.ipynb").read_text())
@@ -506,7 +509,7 @@ def _set_in_formgrader(course_dir, student, eid, manual=None, extra=None):
     """What formgrader's Manual Grading page stores when the instructor types a score (or extra credit)."""
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook
+    from autograder.outputs import gradebook
 
     with Gradebook(gradebook.db_url(course_dir)) as gb:
         g = gb.find_grade(eid, CHAPTER, CHAPTER, gradebook.nbgrader_id(student))
@@ -520,7 +523,7 @@ def test_scores_typed_in_formgrader_reach_every_export_on_a_regrade_and_on_expor
     kernel runs) and `python -m autograder export` (for an edit made after grading) write what formgrader shows,
     mark the cell as manual beside the grader's points, and name each such cell on the console; results/ keep the
     grader's own record."""
-    from autograder.__main__ import main
+    from autograder.cli.main import main
 
     results, _, graded_out = graded
     out = tmp_path / "out"
@@ -535,7 +538,7 @@ def test_scores_typed_in_formgrader_reach_every_export_on_a_regrade_and_on_expor
     console = io.StringIO()
     roster = graded_out.parent / "roster.csv"
     with contextlib.redirect_stdout(console):
-        grade.grade(graded_out.parent / "subs.zip", CHAPTER, out, roster=roster, lms="canvas")
+        class_run.grade(graded_out.parent / "subs.zip", CHAPTER, out, roster=roster, lms="canvas")
     said = console.getvalue()
     assert "already graded" in said and "grading " not in said  # nothing ran again
     assert "kept 3 manual scores from formgrader" in said

@@ -10,8 +10,10 @@ import shutil
 import nbformat
 import pytest
 
-from autograder import course, grade, report
-from autograder.student import NOT_RUN_STUB
+from autograder import course
+from autograder.grading import class_run
+from autograder.judging.student_steps import NOT_RUN_STUB
+from autograder.outputs import tables
 from tests.notebook_answers import answered, delegating, second_answers, solution_cells
 from tests.second_answers import SECOND
 
@@ -44,7 +46,7 @@ def graded(request, tmp_path_factory):
     chapter = request.param
     tmp = tmp_path_factory.mktemp(f"grading-{chapter}")
     unrestricted = write_class(chapter, tmp / "subs")
-    results = grade.grade(tmp / "subs", chapter, tmp / "out", unrestricted=unrestricted)
+    results = class_run.grade(tmp / "subs", chapter, tmp / "out", unrestricted=unrestricted)
     return chapter, {r.student: r for r in results}, tmp / "out"
 
 
@@ -204,7 +206,7 @@ def test_the_instructors_notebook_runs_cleanly_in_the_grader(graded):
     """Every cell of the solution up to the last test runs in the grader's own (trusted) run: a cell that raised
     there (a renamed library function in a hidden test, a failing demo) would leave a test unable to judge."""
     chapter, _, out = graded
-    log = out / "logs" / report.INSTRUCTOR_LOG
+    log = out / "logs" / tables.INSTRUCTOR_LOG
     assert not log.exists(), (chapter, log.read_text())
 
 

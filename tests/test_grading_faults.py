@@ -25,9 +25,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import grade, gradebook, report
-from autograder import kernel as kernel_mod
-from autograder import student as student_mod
+from autograder.grading import class_run
+from autograder.judging import student_steps as student_mod
+from autograder.kernel import session
+from autograder.outputs import gradebook, tables
 
 pytestmark = pytest.mark.grading
 
@@ -96,14 +97,14 @@ def run(tmp_path_factory):
     (subs / "README.txt").write_text("not a submission\n")  # an entry that is not a notebook
 
     injected = {"student": 0, "gradebook": 0, "bind": 0}
-    real_grade, real_record, real_run = student_mod.grade_student, gradebook.record, kernel_mod.KernelSession.run
+    real_grade, real_record, real_run = student_mod.grade_student, gradebook.record, session.KernelSession.run
     grading = threading.local()  # whom this worker thread is grading
 
     def flaky_run(self, code, *args, **kwargs):
         if code.startswith("__grader__.bind(") and getattr(grading, "student", "") == "unbound" \
                 and not injected["bind"]:
             injected["bind"] += 1
-            return kernel_mod.CellRun(ok=False, error="KeyboardInterrupt: ", timed_out=True)
+            return session.CellRun(ok=False, error="KeyboardInterrupt: ", timed_out=True)
         return real_run(self, code, *args, **kwargs)
 
     def flaky_grade(shared, student, *args, **kwargs):
@@ -129,12 +130,12 @@ def run(tmp_path_factory):
     console, errors = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(root)
-        mp.setattr(grade, "grade_student", flaky_grade)
+        mp.setattr(class_run, "grade_student", flaky_grade)
         mp.setattr(gradebook, "record", flaky_record)
-        mp.setattr(kernel_mod.KernelSession, "run", flaky_run)
+        mp.setattr(session.KernelSession, "run", flaky_run)
         mp.setattr(os, "chdir", chdir)
         with contextlib.redirect_stdout(console), contextlib.redirect_stderr(errors):
-            graded = grade.grade(Path("subs"), CHAPTER, Path("out"), root, workers=2)  # relative, as in a shell
+            graded = class_run.grade(Path("subs"), CHAPTER, Path("out"), root, workers=2)  # relative, as in a shell
         mp.setattr(os, "chdir", real_chdir)
     results = {r.student: r for r in graded}
     rows = {row["student"]: row for row in csv.DictReader((out / "grades.csv").open())}
@@ -166,7 +167,7 @@ def test_a_failing_test_helper_is_the_tests_fault_not_the_students(run):
     assert "ch99-double could not be judged (the instructor's test is at fault" in lister.detail
     page = (out / "feedback" / "lister.html").read_text()
     assert "the test failed, not your answer" in page and "a check failed" not in page
-    log = (out / "logs" / report.INSTRUCTOR_LOG).read_text()
+    log = (out / "logs" / tables.INSTRUCTOR_LOG).read_text()
     assert "test of ch99-double failed for lister (not the student's fault)" in log
     assert json.loads((out / "results" / "right.json").read_text())["score"] == 3  # the same test judges arrays
 

@@ -7,10 +7,8 @@ write, hang, flood, hog or crash); each must earn nothing it does not deserve an
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
-import os
 import re
 import tempfile
 import time
@@ -20,13 +18,15 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import course, grade, sandbox, submissions
+from autograder import course
+from autograder.grading import class_run
+from autograder.sandbox import probes
 
 pytestmark = pytest.mark.grading
 
 CH = "01_rooflines"
 FULL = 15.0
-SANDBOXED = sandbox.available() == ""
+SANDBOXED = probes.available() == ""
 
 
 def _solutions():
@@ -297,7 +297,7 @@ def run(tmp_path_factory):
     roster = tmp / "roster.csv"
     roster.write_text(ROSTER)
     start = time.perf_counter()
-    results = grade.grade(archive, CH, out, roster=roster, workers=2, cell_timeout_s=10, notebook_timeout_s=120,
+    results = class_run.grade(archive, CH, out, roster=roster, workers=2, cell_timeout_s=10, notebook_timeout_s=120,
                           memory_mb=6144, disk_mb=64, max_output_bytes=200_000)
     seconds = time.perf_counter() - start
     rows = {r["student"]: r for r in csv.DictReader((out / "grades.csv").open())}
@@ -334,7 +334,7 @@ def test_every_status(run):
     nosig = res["nosig"]
     assert nosig.status == "timed out" and nosig.score == FULL - res["alice"].exercises[MIXED]
     assert "killed" in nosig.messages[MIXED]
-    assert set(grade.STATUSES) <= {r.status for r in res.values()}
+    assert set(class_run.STATUSES) <= {r.status for r in res.values()}
 
 
 def test_what_a_kernel_printed_shows_as_text_in_formgrader_and_nbgraders_feedback(run):
@@ -401,13 +401,13 @@ def test_always_equal_objects_and_edited_or_deleted_tests_gain_nothing(run):
     assert t.status == "graded"  # deleted or edited tests are not a problem: the instructor's ran
 
 
-@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {probes.available()}")
 def test_cannot_read_solutions_gradebook_or_other_submissions(run):
     res, *_ = run
     assert res["snoop"].exercises[MIXED] == 0
 
 
-@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {probes.available()}")
 def test_cannot_write_outside_scratch(run):
     res, rows, out, tmp, archive, roster, seconds, canary, outside = run
     assert not outside.exists() and not (course.SOLUTIONS / "pwned.ipynb").exists()
@@ -426,7 +426,7 @@ def test_hanging_code_is_interrupted_and_others_still_graded(run):
     assert res["nosig"].exercises[MIXED] == 0
 
 
-@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {probes.available()}")
 def test_fork_bomb_is_stopped_and_costs_only_its_exercise(run):
     res, *_ = run
     f = res["forker"]
@@ -468,7 +468,7 @@ def test_resumable_rerun_skips_graded_students(run):
     res, rows, out, tmp, archive, roster, seconds, *_ = run
     before = (out / "results" / "alice.json").read_text()
     start = time.perf_counter()
-    again = {r.student: r for r in grade.grade(archive, CH, out, roster=roster, workers=2, quiet=True)}
+    again = {r.student: r for r in class_run.grade(archive, CH, out, roster=roster, workers=2, quiet=True)}
     assert time.perf_counter() - start < 15  # nothing re-executed
     assert {s: (r.status, r.score) for s, r in again.items()} == {s: (r.status, r.score) for s, r in res.items()}
     assert (out / "results" / "alice.json").read_text() == before
@@ -489,7 +489,7 @@ def test_an_oversized_reply_costs_only_its_exercise(run):
 
 
 
-@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {sandbox.available()}")
+@pytest.mark.skipif(not SANDBOXED, reason=f"no OS sandbox here: {probes.available()}")
 def test_a_disk_hog_is_stopped_at_the_limit_and_costs_only_its_exercise(run):
     """Issue 19, class 2: all of a kernel's files (every process, scratch, /tmp and /dev/shm) count against one
     limit; past it the kernel is stopped, the row says why, and none of the files reached the host's disk."""

@@ -10,6 +10,7 @@ child would otherwise sit in a circle with its package).
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -168,3 +169,89 @@ def test_imports_between_sees_packages_and_their_modules(tmp_path):
     graph = import_graph(tmp_path / "pkg")
     assert imports_between(graph, "pkg.a", "pkg.b") == {("pkg.a.x", "pkg.b"), ("pkg.a.y", "pkg.b.z")}
     assert imports_between(graph, "pkg.b", "pkg.a") == {("pkg.b.z", "pkg.a.x")}
+
+
+# ---------------------------------------------------------------------------------------------------- autograder
+# The grader's layers, lowest first, as autograder/__init__.py lists them. A module at the package's root belongs to
+# none of them and may import nothing of autograder (``__main__`` aside: it is the entry point and calls cli).
+AUTOGRADER_LAYERS = ("sandbox", "library", "instructor", "intake", "kernel", "judging", "outputs", "grading", "cli")
+
+
+def layer_of(module: str, layers: tuple[str, ...]) -> int:
+    """1 + the index of ``module``'s sub-package in ``layers``; 0 for a module at the root (the package itself too)."""
+    parts = module.split(".")
+    return layers.index(parts[1]) + 1 if len(parts) > 1 and parts[1] in layers else 0
+
+
+def layer_breaches(graph: dict[str, set[str]], layers: tuple[str, ...]) -> list[str]:
+    """Every import that does not point down: from a layer to a higher one, from a module at the root to anything of
+    the package (the root's modules are shared leaves), and every module of a sub-package that is not a layer.
+    ``__main__`` modules are entry points and stand above every layer; the package itself is no import (a module
+    may read its ``__file__``)."""
+    top = next(iter(graph)).split(".")[0]
+    out = []
+    for module, deps in sorted(graph.items()):
+        parts = module.split(".")
+        if parts[-1] == "__main__":
+            continue
+        if len(parts) > 2 and parts[1] not in layers:
+            out.append(f"{module} is in no layer ({parts[0]}.{parts[1]} is not one of {', '.join(layers)})")
+            continue
+        here = layer_of(module, layers)
+        for dep in sorted(deps - {top}):
+            there = layer_of(dep, layers)
+            if here == 0:
+                out.append(f"{module} -> {dep} (a module at the root of {top} imports nothing of it)")
+            elif there > here:
+                out.append(f"{module} -> {dep} (layer {layers[here - 1]} imports {layers[there - 1]}, above it)")
+    return out
+
+
+def test_autograder_has_no_import_cycle_and_every_import_points_down():
+    graph = import_graph(ROOT / "autograder")
+    assert "autograder.kernel.session" in graph["autograder.judging.judge"]  # the graph is read, not empty
+    cycle = find_cycle(graph)
+    assert cycle is None, "import circle in autograder: " + " -> ".join(cycle or [])
+    breaches = layer_breaches(graph, AUTOGRADER_LAYERS)
+    assert not breaches, ("imports against autograder's layers (move what a lower layer needs down, or the module "
+                          "up): " + "; ".join(breaches))
+    sub_packages = {m.split(".")[1] for m in graph if m.count(".") >= 1 and (ROOT / "autograder" /
+                                                                            m.split(".")[1]).is_dir()}
+    assert sub_packages == set(AUTOGRADER_LAYERS), sub_packages ^ set(AUTOGRADER_LAYERS)
+
+
+@pytest.mark.parametrize("source, breach", [
+    ({"low/__init__.py": "", "low/a.py": "from pkg.high import b\n", "high/__init__.py": "", "high/b.py": ""},
+     "pkg.low.a -> pkg.high.b"),  # a lower layer imports a higher one
+    ({"low/__init__.py": "", "low/a.py": "", "shared.py": "from pkg.low import a\n"},
+     "pkg.shared -> pkg.low.a"),  # a root module imports a layer
+    ({"low/__init__.py": "", "low/a.py": "def f():\n    from pkg.high.b import x\n", "high/__init__.py": "",
+      "high/b.py": ""}, "pkg.low.a -> pkg.high.b"),  # in a function too
+    ({"low/__init__.py": "", "low/a.py": "", "high/__init__.py": "", "high/b.py": "from pkg.low import a\n",
+      "shared.py": "", "__main__.py": "from pkg.high import b\n"}, None),  # down, and the entry point
+])
+def test_layer_breaches_sees_an_import_that_points_up(tmp_path, source, breach):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, text in source.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    found = layer_breaches(import_graph(pkg), ("low", "high"))
+    assert [b for b in found if breach and b.startswith(breach)] if breach else not found, found
+
+
+def test_every_autograder_module_has_a_name_of_its_own():
+    # ``__main__.py`` is a package's entry point by Python's rule, as ``__init__.py`` is its body
+    shared = {base: names for base, names in shared_base_names(ROOT / "autograder").items() if base != "__main__.py"}
+    assert len(module_files(ROOT / "autograder")) > 40  # the tree is read, not empty
+    assert not shared, "module file names used more than once in autograder: " + \
+        "; ".join(f"{base}: {', '.join(names)}" for base, names in sorted(shared.items()))
+
+
+def test_autograder_docstring_lists_its_layers_in_order():
+    doc = ast.get_docstring(ast.parse((ROOT / "autograder" / "__init__.py").read_text())) or ""
+    listed = re.findall(r"^\d+\. ``(\w+)``", doc, re.MULTILINE)
+    assert tuple(listed) == AUTOGRADER_LAYERS, listed
+    for layer in AUTOGRADER_LAYERS:  # each layer says what it holds
+        assert ast.get_docstring(ast.parse((ROOT / "autograder" / layer / "__init__.py").read_text())), layer

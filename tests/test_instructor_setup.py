@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 
 import course as course_cli
-from autograder import course, release
+from autograder import course
+from autograder.instructor import release
 
 pytestmark = pytest.mark.grading
 
@@ -77,7 +78,7 @@ def test_an_install_source_that_cannot_be_stored_is_refused_with_a_reason(tmp_pa
 
 
 def test_check_takes_no_install_source_of_its_own():
-    from autograder.__main__ import main
+    from autograder.cli.main import main
 
     with pytest.raises(SystemExit):
         main(["check", "--install-source", FORK])  # argparse: unrecognised; the stored one is the only one

@@ -1,14 +1,15 @@
-"""Whose fault a failed call into the kernel is (autograder.judge.Judge.ask), with a stand-in kernel session."""
+"""Whose fault a failed call into the kernel is (autograder.judging.judge.Judge.ask), with a stand-in kernel session."""
 
 import time
 from types import SimpleNamespace
 
 import pytest
 
-from autograder import surface
-from autograder import judge as judge_mod
-from autograder.judge import Judge, StudentError
-from autograder.kernel import CellRun
+from autograder.judging import judging_errors
+from autograder.judging.judge import Judge
+from autograder.judging.judging_errors import StudentError
+from autograder.kernel.session import CellRun
+from autograder.library import surface
 
 
 def _judge(reply: dict) -> Judge:
@@ -28,8 +29,8 @@ def test_a_probe_missing_the_students_function_is_the_students_fault():
 
 def test_a_probe_missing_anything_else_is_the_tests_fault():
     judge = _judge({"err": "NameError: name 'P' is not defined", "by": "test"})
-    with pytest.raises(judge_mod.TestFault, match="'P' is not defined"):
+    with pytest.raises(judging_errors.TestFault, match="'P' is not defined"):
         judge.ask("__grader__.call('__grader_probe_run_ring', '')")
     judge = _judge({"err": "AttributeError: 'list' object has no attribute 'tolist'", "by": "test"})
-    with pytest.raises(judge_mod.TestFault):
+    with pytest.raises(judging_errors.TestFault):
         judge.ask("x")

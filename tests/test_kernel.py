@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from autograder import sandbox
-from autograder.kernel import KernelDied, KernelSession, Limits
+from autograder.kernel.kernel_errors import KernelDied
+from autograder.kernel.session import KernelSession, Limits
+from autograder.sandbox import probes
 
 pytestmark = pytest.mark.grading
 
@@ -21,7 +22,7 @@ def test_default_cpu_limit_is_the_wall_clock_budget_on_every_core():
 def test_a_kernel_compiles_under_the_graders_xla_flags_with_the_chapters_device_count(tmp_path, monkeypatch):
     """The trusted context compiles under the grader's XLA flags; a kernel gets the same ones, or a flag that changes
     the optimized HLO would make a compiled program's cost differ between the two (a right answer losing points)."""
-    from autograder.kernel import kernel_env
+    from autograder.kernel.environment import kernel_env
 
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8 --xla_cpu_use_fusion_emitters=false "
                                     "--xla_backend_optimization_level=0")
@@ -35,7 +36,7 @@ def test_a_kernel_compiles_under_the_graders_xla_flags_with_the_chapters_device_
 def test_a_kernel_never_sees_the_suites_compilation_cache(tmp_path, monkeypatch):
     """course.py gives each suite run a shared XLA program cache; a student's kernel must not learn where it is (it
     could read the instructor's compiled programs, or store its own for the trusted context to load)."""
-    from autograder.kernel import kernel_env
+    from autograder.kernel.environment import kernel_env
 
     cache = str(tmp_path / "scalelib-xla-cache-x")
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", cache)
@@ -49,9 +50,10 @@ def test_a_kernel_starts_without_ipykernels_debugger(tmp_path):
     """debugpy, which ipykernel imports at start for its debugger, is about 0.2 CPU-s of every kernel's start, and no
     grading kernel is debugged: the python3 kernel spec's command runs what ``ipykernel_launcher`` runs with debugpy
     marked absent (any other command is left as it is), and cells run as before."""
-    from autograder.kernel import _SandboxedKernelManager
+    from autograder.kernel.session import _SandboxedKernelManager
+    from autograder.sandbox.config import SandboxConfig
 
-    km = _SandboxedKernelManager({}, kernel_name="python3")
+    km = _SandboxedKernelManager(SandboxConfig(scratch="/tmp", isolate=False), kernel_name="python3")
     spec_cmd = km.kernel_spec.argv
     assert spec_cmd[1:3] == ["-m", "ipykernel_launcher"], spec_cmd
     cmd = km.format_kernel_cmd()
@@ -59,7 +61,7 @@ def test_a_kernel_starts_without_ipykernels_debugger(tmp_path):
     km.kernel_spec.argv = [spec_cmd[0], "-m", "my_kernel", "-f", "{connection_file}"]
     assert "my_kernel" in km.format_kernel_cmd()
 
-    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "")
+    limits = Limits(memory_mb=0, sandbox=probes.available() == "")
     session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
     try:
         run = session.run("import sys\nprint(sys.modules['debugpy'], [m for m in sys.modules if 'pydevd' in m],"
@@ -73,7 +75,7 @@ def test_a_kernel_starts_without_ipykernels_debugger(tmp_path):
 def test_a_kernel_past_its_cpu_seconds_dies(tmp_path):
     """Killed at 2 CPU-s, not later, and the student reads why. As PID 1 of its namespace the kernel outlives a
     SIGXCPU: with the limit at (2, 7) it died at the hard limit, near 7 CPU-s."""
-    limits = Limits(cpu_s=2, memory_mb=0, sandbox=sandbox.available() == "")
+    limits = Limits(cpu_s=2, memory_mb=0, sandbox=probes.available() == "")
     session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
     try:
         assert session.run("x = 1 + 1", timeout=30).ok
@@ -95,9 +97,9 @@ def test_an_oversized_reply_costs_the_call_not_the_grader(tmp_path):
     """Hostile finding 2: what crosses the channel is capped before the grader reads it."""
     import resource
 
-    from autograder.kernel import ChannelBroken
+    from autograder.kernel.kernel_errors import ChannelBroken
 
-    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "", max_reply_bytes=2**20)
+    limits = Limits(memory_mb=0, sandbox=probes.available() == "", max_reply_bytes=2**20)
     session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
     try:
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -112,7 +114,7 @@ def test_an_oversized_reply_costs_the_call_not_the_grader(tmp_path):
 
 def test_a_flood_on_the_kernels_own_stderr_is_not_blamed_on_the_next_cell(tmp_path):
     """Hostile finding 7: 100 MB written to fd 2 in one cell; the next cell runs clean, unblamed."""
-    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "", max_output_bytes=10_000)
+    limits = Limits(memory_mb=0, sandbox=probes.available() == "", max_output_bytes=10_000)
     session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
     try:
         flood = session.run("import os, sys\nfor _ in range(50):\n    os.write(2, b'x' * 2**20)\n"
@@ -133,7 +135,7 @@ def test_no_kernel_outlives_its_grader(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, time\nfrom pathlib import Path\nfrom autograder.kernel import KernelSession, Limits\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom autograder.kernel.session import KernelSession, Limits\n"
             "d = Path(sys.argv[1])\nKernelSession(d / 'scratch', Limits(memory_mb=0), d / 'log')\n"
             "print('started', flush=True)\ntime.sleep(600)\n")
     def mine() -> list[str]:
@@ -163,7 +165,7 @@ def test_no_kernel_outlives_its_grader(tmp_path):
 def test_a_file_the_grader_hands_the_kernel_is_new_and_read_in_its_sandbox(tmp_path, monkeypatch):
     """Large set-up values reach the kernel as a file in its scratch folder (``put_file``): the kernel reads
     it; a link the student left under the file's name is refused, not followed out of the folder."""
-    limits = Limits(memory_mb=0, sandbox=sandbox.available() == "")
+    limits = Limits(memory_mb=0, sandbox=probes.available() == "")
     session = KernelSession(tmp_path / "scratch", limits, tmp_path / "kernel.log")
     host = tmp_path / "host.txt"
     host.write_text("the grader's own file")

@@ -15,7 +15,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import align, course, lms
+from autograder import course
+from autograder.grading import lms_submission
+from autograder.instructor import chapter_model
+from autograder.outputs import lms_results
 from autograder.results import Status, StudentResult
 from tests.notebook_answers import answered
 
@@ -40,7 +43,7 @@ def _lay_out(root: Path, folder: str, perfect: bool) -> None:
     (student / "notes.txt").write_text("not a notebook")
 
 
-def _as_result(tests: list[dict], points_key: str, text_key: str, ch: align.Chapter) -> StudentResult:
+def _as_result(tests: list[dict], points_key: str, text_key: str, ch: chapter_model.Chapter) -> StudentResult:
     """The StudentResult one platform's results.json was made from (per-exercise points and texts)."""
     scores = {t["name"].rsplit("[", 1)[1].rstrip("]"): t[points_key] for t in tests}
     messages = {eid: t[text_key] for eid, t in zip(scores, tests) if t[text_key] != "all checks passed"}
@@ -53,7 +56,7 @@ def platforms(tmp_path_factory):
     on a blank one (two grading runs, not four); each platform's file for the other student is made from the same
     grading through lms's own builders, so both formats are checked for both students."""
     tmp = tmp_path_factory.mktemp("lms")
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     gs = tmp / "gradescope-perfect"
     _lay_out(gs, "autograder/submission", perfect=True)
     done = subprocess.run([str(BUNDLE / "run_autograder")], env=_env(gs), capture_output=True, text=True,
@@ -61,13 +64,13 @@ def platforms(tmp_path_factory):
     assert done.returncode == 0, done.stdout + done.stderr
     pl = tmp / "prairielearn-blank"
     _lay_out(pl, "grade/student", perfect=False)
-    done = subprocess.run([sys.executable, "-m", "autograder.lms", "prairielearn", "--chapter", CH], env=_env(pl),
+    done = subprocess.run([sys.executable, "-m", "autograder", "prairielearn", "--chapter", CH], env=_env(pl),
                           capture_output=True, text=True, timeout=600, cwd=course.ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     gs_perfect = json.loads((gs / "autograder/results/results.json").read_text())
     pl_blank = json.loads((pl / "grade/results/results.json").read_text())
-    out = {"perfect": (gs_perfect, lms.prairielearn_results(_as_result(gs_perfect["tests"], "score", "output", ch), ch)),
-           "blank": (lms.gradescope_results(_as_result(pl_blank["tests"], "points", "message", ch), ch), pl_blank)}
+    out = {"perfect": (gs_perfect, lms_results.prairielearn_results(_as_result(gs_perfect["tests"], "score", "output", ch), ch)),
+           "blank": (lms_results.gradescope_results(_as_result(pl_blank["tests"], "points", "message", ch), ch), pl_blank)}
     keep = Path(tempfile.gettempdir()) / "lms-results"  # for people to read after the run
     keep.mkdir(exist_ok=True)
     for who, (g, p) in out.items():
@@ -76,7 +79,7 @@ def platforms(tmp_path_factory):
     return out
 
 
-def _hidden_lines(ch: align.Chapter) -> set[str]:
+def _hidden_lines(ch: chapter_model.Chapter) -> set[str]:
     shown = "".join(c.source for c in nbformat.read(course.CHAPTERS / f"{CH}.ipynb", as_version=4).cells)
     return {line.strip() for ex in ch.exercises.values()
             for line in ex.test_source.split("### BEGIN HIDDEN TESTS", 1)[1].splitlines()
@@ -84,7 +87,7 @@ def _hidden_lines(ch: align.Chapter) -> set[str]:
 
 
 def test_gradescope_results_for_a_perfect_and_a_blank_student(platforms):
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     for who, (gs, _) in platforms.items():
         assert set(gs) >= {"score", "tests", "output"}
         # shown as plain text, never as HTML or Markdown (a message may quote the student's code)
@@ -102,7 +105,7 @@ def test_gradescope_results_for_a_perfect_and_a_blank_student(platforms):
 
 
 def test_prairielearn_results_for_a_perfect_and_a_blank_student(platforms):
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     perfect, blank = platforms["perfect"][1], platforms["blank"][1]
     for data in (perfect, blank):
         assert data["gradable"] is True and 0 <= data["score"] <= 1
@@ -113,7 +116,7 @@ def test_prairielearn_results_for_a_perfect_and_a_blank_student(platforms):
 
 
 def test_hidden_tests_never_reach_the_student(platforms):
-    hidden = _hidden_lines(align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb"))
+    hidden = _hidden_lines(chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb"))
     assert hidden
     for gs, pl in platforms.values():
         text = "\n".join([gs["output"], pl["message"], *(t["output"] for t in gs["tests"]),
@@ -124,19 +127,19 @@ def test_hidden_tests_never_reach_the_student(platforms):
 def test_no_notebook_is_said_plainly(tmp_path):
     (tmp_path / "autograder/submission").mkdir(parents=True)
     (tmp_path / "grade/student").mkdir(parents=True)
-    gs = lms.run("gradescope", CH, tmp_path)
-    pl = lms.run("prairielearn", CH, tmp_path)
+    gs = lms_submission.run("gradescope", CH, tmp_path)
+    pl = lms_submission.run("prairielearn", CH, tmp_path)
     assert gs["score"] == 0 and "no notebook" in gs["output"]
     assert pl["gradable"] is False and "no notebook" in pl["message"]
     assert json.loads((tmp_path / "grade/results/results.json").read_text()) == pl
 
 
 def test_grade_lms_gradescope_writes_one_results_file_per_submission(tmp_path):
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     eids = list(ch.exercises)
     results = [StudentResult("ann", Status.GRADED, 1.0, ch.max_score, {eids[0]: 1.0}, messages={eids[1]: "ExerciseError: x"}),
                StudentResult("Bo Z", Status.MISSING, 0.0, ch.max_score)]
-    lms.write_gradescope(tmp_path, results, ch)
+    lms_results.write_gradescope(tmp_path, results, ch)
     files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "gradescope").rglob("*.json"))
     assert files == ["gradescope/ann/results.json"]
     data = json.loads((tmp_path / "gradescope/ann/results.json").read_text())
@@ -149,12 +152,12 @@ def test_what_a_student_printed_reaches_either_platform_escaped_never_raw():
     sequences and bidirectional overrides show as their escapes, lines kept."""
     from tests.test_safe_text import STUDENT_OUTPUT, assert_shown_escaped, raw_controls
 
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     first, second = list(ch.exercises)[:2]
-    r = StudentResult(lms.STUDENT, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
+    r = StudentResult(lms_results.STUDENT, Status.CRASHED, 0.0, ch.max_score, dict.fromkeys(ch.exercises, 0.0),
                       detail=f"kernel said {STUDENT_OUTPUT}", messages={first: f"ExerciseError: {STUDENT_OUTPUT}"},
                       outputs={second: STUDENT_OUTPUT})
-    gs, pl = lms.gradescope_results(r, ch), lms.prairielearn_results(r, ch)
+    gs, pl = lms_results.gradescope_results(r, ch), lms_results.prairielearn_results(r, ch)
     texts = [gs["output"], pl["message"], *(t["output"] for t in gs["tests"]), *(t["message"] for t in pl["tests"])]
     assert [t for t in texts if raw_controls(t)] == []
     for text in (gs["output"], pl["message"], gs["tests"][0]["output"], gs["tests"][1]["output"],
@@ -165,18 +168,18 @@ def test_what_a_student_printed_reaches_either_platform_escaped_never_raw():
 
 def test_a_score_set_in_formgrader_reaches_gradescope_and_says_it_was_set():
     """Issue 48: Gradescope's results come from the class's results with formgrader's scores in place
-    (autograder.exports); the test whose score the instructor set carries it, says so and keeps what the checks
+    (autograder.outputs.kept_scores); the test whose score the instructor set carries it, says so and keeps what the checks
     found; the total is the sum; the other tests are as before."""
-    from autograder import exports
+    from autograder.outputs import kept_scores
 
-    ch = align.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
+    ch = chapter_model.load_chapter(course.SOLUTIONS / f"{CH}.ipynb")
     first, second = list(ch.exercises)[:2]
     full = {e: x.points for e, x in ch.exercises.items()}
     r = StudentResult("ann", Status.GRADED, sum(full.values()) - full[first], ch.max_score, {**full, first: 0.0},
                       messages={first: "ExerciseError: off by one"})
-    kept = [exports.KeptScore("ann", first, 0.0, 0.5, 0.5), exports.KeptScore("ann", second, full[second], 0.0, 0.0)]
-    shown = exports.shown([r], kept)[0]
-    data = lms.gradescope_results(shown, ch, {first: 0.0, second: full[second]})
+    kept = [kept_scores.KeptScore("ann", first, 0.0, 0.5, 0.5), kept_scores.KeptScore("ann", second, full[second], 0.0, 0.0)]
+    shown = kept_scores.shown([r], kept)[0]
+    data = lms_results.gradescope_results(shown, ch, {first: 0.0, second: full[second]})
     tests = {t["name"].rsplit("[", 1)[1].rstrip("]"): t for t in data["tests"]}
     assert data["score"] == sum(t["score"] for t in data["tests"]) == r.score - full[second] + 0.5
     assert (tests[first]["score"], tests[first]["status"]) == (0.5, "failed")
@@ -186,4 +189,4 @@ def test_a_score_set_in_formgrader_reaches_gradescope_and_says_it_was_set():
                                        f"{full[second]:g}: all checks passed")
     assert [t for e, t in tests.items() if e not in (first, second)] == [
         t for e, t in {t["name"].rsplit("[", 1)[1].rstrip("]"): t
-                       for t in lms.gradescope_results(r, ch)["tests"]}.items() if e not in (first, second)]
+                       for t in lms_results.gradescope_results(r, ch)["tests"]}.items() if e not in (first, second)]

@@ -9,7 +9,8 @@ import time
 import nbformat
 import pytest
 
-from autograder import course, release
+from autograder import course
+from autograder.instructor import release
 
 pytestmark = pytest.mark.grading
 

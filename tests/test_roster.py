@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import course, report, submissions
+from autograder import course
+from autograder.intake import collection, rosters
+from autograder.outputs import tables
 from autograder.results import Status, StudentResult
 
 pytestmark = pytest.mark.grading
@@ -42,28 +44,28 @@ def test_canvas_export_rows_are_its_students_and_nothing_else(tmp_path):
     student without SIS ids keeps Canvas's ID as id, and one named "Test Student" who has a SIS id is a student."""
     export = _export_with(tmp_path, '"Nguyen, Minh",1100,,,Scaling 101 - Section B,,,,,,,,,,',
                           '"Student, Test",1101,S-1101,tstudent,Scaling 101 - Section B,,,,,,,,,,')
-    rows = submissions.read_roster(export)
+    rows = rosters.read_roster(export)
     assert [r["student"] for r in rows] == ["jdoe", "klee", "aoyelaran", "1100", "tstudent"]  # login, else the ID
     jane = rows[0]
     assert (jane["name"], jane["id"], jane["sis_id"], jane["login"], jane["section"]) == (
         "Doe, Jane", "1001", "20231001", "jdoe", "Scaling 101 - Section A")
     assert rows[2]["name"] == "Oyelaran, Adé"
     assert not any("points possible" in r["name"].casefold() or r["name"] == "" for r in rows)
-    assert [(r["name"], r["student"]) for r in submissions.canvas_test_students(export)] == [("Student, Test", "1099")]
+    assert [(r["name"], r["student"]) for r in rosters.canvas_test_students(export)] == [("Student, Test", "1099")]
     ours = tmp_path / "ours.csv"  # our own roster's rows are all students
     ours.write_text('student,name\nx,"Student, Test"\n', encoding="utf-8")
-    assert [r["student"] for r in submissions.read_roster(ours)] == ["x"]
-    assert submissions.canvas_test_students(ours) == []
+    assert [r["student"] for r in rosters.read_roster(ours)] == ["x"]
+    assert rosters.canvas_test_students(ours) == []
 
 
 def test_our_roster_format_is_read_as_before(tmp_path):
     roster = tmp_path / "roster.csv"
     roster.write_text("student,name,SIS User ID,email\nalice,Alice Liddell,S1,alice@example.org\n", encoding="utf-8")
-    assert submissions.read_roster(roster) == [
+    assert rosters.read_roster(roster) == [
         {"student": "alice", "name": "Alice Liddell", "sis_id": "S1", "email": "alice@example.org"}]
     (tmp_path / "bad.csv").write_text("who,name\nx,y\n", encoding="utf-8")
     with pytest.raises(SystemExit, match="'student' column"):
-        submissions.read_roster(tmp_path / "bad.csv")
+        rosters.read_roster(tmp_path / "bad.csv")
 
 
 def test_canvas_export_as_roster_gives_no_phantom_student(tmp_path):
@@ -75,15 +77,15 @@ def test_canvas_export_as_roster_gives_no_phantom_student(tmp_path):
         zf.writestr(f"doejane_1001_77001_{CH}.ipynb", NB)
         zf.writestr(f"leekim_late_1002_77002_Copy of {CH}.ipynb", NB)
         zf.writestr(f"studenttest_1099_77099_{CH}.ipynb", NB)  # the instructor tried the student view
-    mapping = submissions.collect(archive, CH, course.chapter_names(), tmp_path / "work", EXPORT)
+    mapping = collection.collect(archive, CH, course.chapter_names(), tmp_path / "work", EXPORT)
     assert set(mapping.chosen) == {"jdoe", "klee"}
-    assert mapping.unmatched == [(f"studenttest_1099_77099_{CH}.ipynb", submissions.CANVAS_TEST_STUDENT)]
+    assert mapping.unmatched == [(f"studenttest_1099_77099_{CH}.ipynb", rosters.CANVAS_TEST_STUDENT)]
     assert mapping.missing == ["aoyelaran"]
 
     results = [StudentResult("jdoe", Status.GRADED, 40.0, 42.0), StudentResult("klee", Status.GRADED, 42.0, 42.0),
                StudentResult("aoyelaran", Status.MISSING, 0.0, 42.0)]
     out = tmp_path / "canvas.csv"
-    report.write_canvas_csv(out, CH, results, submissions.read_roster(EXPORT), 42.0, "Chapter 1: rooflines (41207)")
+    tables.write_canvas_csv(out, CH, results, rosters.read_roster(EXPORT), 42.0, "Chapter 1: rooflines (41207)")
     lines = list(csv.reader(io.StringIO(out.read_text(encoding="utf-8"))))
     assert lines[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Chapter 1: rooflines (41207)"]
     assert [line[0] for line in lines].count("Points Possible") == 1 and lines[1][-1] == "42"
@@ -99,13 +101,14 @@ def test_grading_with_canvas_export_fills_its_chapter_column_and_leaves_the_test
     console says so once. Nobody submitted, so no kernel starts."""
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook, grade
+    from autograder.grading import class_run
+    from autograder.outputs import gradebook
 
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     console = io.StringIO()
     with contextlib.redirect_stdout(console):
-        got = grade.grade(subs, CH, out, roster=EXPORT, lms="canvas", allow_unsandboxed=True)
+        got = class_run.grade(subs, CH, out, roster=EXPORT, lms="canvas", allow_unsandboxed=True)
     assert [(r.student, r.status) for r in got] == [("aoyelaran", "missing"), ("jdoe", "missing"), ("klee", "missing")]
     lines = list(csv.reader((out / "canvas.csv").open(encoding="utf-8", newline="")))
     assert lines[0][-1] == "Chapter 1: rooflines (41207)"
@@ -126,11 +129,11 @@ def test_grading_with_canvas_export_fills_its_chapter_column_and_leaves_the_test
     ("Quiz 1 (41190)", False), ("Chapter 1", False),  # no assignment id: not an assignment column of the export
 ])
 def test_the_rule_for_the_chapters_column(column, matches):
-    from autograder import canvas
+    from autograder.intake import canvas_columns
 
-    title = canvas.chapter_title(course.SOLUTIONS / f"{CH}.ipynb")
+    title = canvas_columns.chapter_title(course.SOLUTIONS / f"{CH}.ipynb")
     assert title.startswith("Chapter 1 · Rooflines")
-    assert canvas.is_chapters(column, CH, title) is matches
+    assert canvas_columns.is_chapters(column, CH, title) is matches
 
 
 def test_no_column_or_several_are_refused_before_grading_with_the_candidates(tmp_path):
@@ -138,29 +141,29 @@ def test_no_column_or_several_are_refused_before_grading_with_the_candidates(tmp
     or is written, listing the candidates and asking for --lms-assignment (merge and export ask the same function);
     naming one (as the export writes it, by its name alone or by its id) fills that column, and any other name is
     said to be a new one."""
-    from autograder import grade
+    from autograder.grading import class_run
 
-    identity = ",".join(submissions.CANVAS_EXPORT_COLUMNS)
+    identity = ",".join(rosters.CANVAS_EXPORT_COLUMNS)
     several = _export_with(tmp_path, header=f"{identity},Chapter 1 (51),01_rooflines (52),Quiz 1 (53),Current Score")
     with pytest.raises(SystemExit) as refused:
-        grade.grade(tmp_path, CH, tmp_path / "out", roster=several, lms="canvas")
+        class_run.grade(tmp_path, CH, tmp_path / "out", roster=several, lms="canvas")
     said = str(refused.value)
     assert "several of its assignment columns" in said and '--lms-assignment "<column>"' in said
     assert "\n  Chapter 1 (51)\n  01_rooflines (52)\n" in said and "Quiz 1" not in said
     assert not (tmp_path / "out").exists()
     none = _export_with(tmp_path, header=f"{identity},Quiz 1 (53),Week 2 (54),Current Score")
     with pytest.raises(SystemExit, match=r"none of its assignment columns .*\n  Quiz 1 \(53\)\n  Week 2 \(54\)\n"):
-        grade.grade(tmp_path, CH, tmp_path / "out", roster=none, lms="canvas")
+        class_run.grade(tmp_path, CH, tmp_path / "out", roster=none, lms="canvas")
     assert not (tmp_path / "out").exists()
 
-    from autograder import canvas
+    from autograder.intake import canvas_columns
 
-    title = canvas.chapter_title(course.SOLUTIONS / f"{CH}.ipynb")
-    assert canvas.choose(several, CH, title, "Chapter 1 (51)") == canvas.Choice("Chapter 1 (51)")
-    assert canvas.choose(several, CH, title, "52").column == "01_rooflines (52)"
-    assert canvas.choose(several, CH, title, "01_rooflines").column == "01_rooflines (52)"
-    new = canvas.choose(several, CH, title, "Notebook 1")
+    title = canvas_columns.chapter_title(course.SOLUTIONS / f"{CH}.ipynb")
+    assert canvas_columns.choose(several, CH, title, "Chapter 1 (51)") == canvas_columns.Choice("Chapter 1 (51)")
+    assert canvas_columns.choose(several, CH, title, "52").column == "01_rooflines (52)"
+    assert canvas_columns.choose(several, CH, title, "01_rooflines").column == "01_rooflines (52)"
+    new = canvas_columns.choose(several, CH, title, "Notebook 1")
     assert new.column == "Notebook 1" and "new assignment" in new.note
     ours = tmp_path / "ours.csv"
     ours.write_text("student,name\nx,X\n", encoding="utf-8")
-    assert canvas.choose(ours, CH, title, None) == canvas.Choice(None)  # not Canvas's export: as before
+    assert canvas_columns.choose(ours, CH, title, None) == canvas_columns.Choice(None)  # not Canvas's export: as before

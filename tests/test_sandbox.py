@@ -1,4 +1,4 @@
-"""autograder.sandbox and autograder.cgroups: what a student's kernel may use of the host, as a whole.
+"""autograder.sandbox and autograder.sandbox.cgroups: what a student's kernel may use of the host, as a whole.
 
 Hostile-run finding 6 of issue #14: the memory limit holds for all of a sandbox's processes together, not per
 process; finding 7's first half: a flood written to the kernel's own stderr stays out of the grader's channels.
@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import json
 import os
-import unicodedata
 import re
 import subprocess
 import sys
 import threading
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
 
-from autograder import cgroups, grade, report, sandbox
+from autograder import atomic_files
+from autograder.grading import class_run, grading_errors
+from autograder.sandbox import cgroups, notes, probes, watch
 
 pytestmark = [pytest.mark.grading,
-              pytest.mark.skipif(sandbox.available() != "", reason=f"no OS sandbox here: {sandbox.available()}")]
+              pytest.mark.skipif(probes.available() != "", reason=f"no OS sandbox here: {probes.available()}")]
 
 FORK_FOUR = """
 import os, time
@@ -66,25 +68,25 @@ def test_a_stderr_flood_is_dropped_not_kept(tmp_path):
 
 
 def test_host_checks_say_what_the_sandbox_needs():
-    checks = {c.name: c for c in sandbox.host_checks()}
+    checks = {c.name: c for c in probes.host_checks()}
     assert checks["user namespaces"].required and checks["user namespaces"].ok
     assert not checks["memory cgroup"].required and checks["memory cgroup"].detail
 
 
 def test_no_sandbox_means_no_grading_unless_allowed(tmp_path, monkeypatch):
-    monkeypatch.setattr(sandbox, "_PROBED", "user namespaces are disabled")
-    with pytest.raises(grade.Unsandboxed, match="--allow-unsandboxed"):
-        grade.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True)
+    monkeypatch.setattr(probes, "_PROBED", "user namespaces are disabled")
+    with pytest.raises(grading_errors.Unsandboxed, match="--allow-unsandboxed"):
+        class_run.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit, match="no notebooks found"):  # allowed: it goes on (and finds nothing here)
-        grade.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True, allow_unsandboxed=True)
+        class_run.grade(tmp_path, "01_rooflines", tmp_path / "out", quiet=True, allow_unsandboxed=True)
 
 
 def test_a_restricted_kernel_holds_only_its_part_of_scalelib(tmp_path):
     """The structural half of 'answers that cannot delegate': walk the kernel's whole file system; the only
     scalelib files are the reduced modules of its surface, and nothing anywhere is named like another module."""
-    from autograder import surface
-    from autograder.kernel import KernelSession, Limits
+    from autograder.kernel.session import KernelSession, Limits
+    from autograder.library import surface
 
     allowed = surface.closure([surface.Item("scalelib.hardware", "Chip")])
     library = allowed.write(tmp_path / "lib")
@@ -124,7 +126,7 @@ except ModuleNotFoundError as err:
 def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
     """The grader closes kernels with SIGKILL (to the launcher, or to the fork server's relay, whose launcher then
     kills the sandbox): whichever of the launcher and the grader comes first removes the group."""
-    from autograder.kernel import KernelSession, Limits
+    from autograder.kernel.session import KernelSession, Limits
 
     if cgroups.available():
         pytest.skip(cgroups.available())
@@ -132,7 +134,7 @@ def test_closing_a_kernel_leaves_no_memory_cgroup_behind(tmp_path):
     try:
         assert session.run("x = 1", timeout=60).ok
         # the kernel runs in a group of its own, named for its launcher (other tests may make groups meanwhile)
-        kernel = int(sandbox.kernel_note(session.scratch).read_text())
+        kernel = int(notes.kernel_note(session.scratch).read_text())
         launcher = _parent(_parent(kernel))  # the kernel's parent is the sandbox's first process, its parent the launcher
         mine = {g for g in cgroups.groups_made() if g.name.startswith(f"scalelib-grader-{launcher}-")}
         assert len(mine) == 1, cgroups.groups_made()
@@ -159,7 +161,8 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
     limit on a loaded machine; the grader learns of the kill from the launcher's note, not from its exit, so the
     cell ends as a crash (not a time-out). Closing leaves no note, and no memory cgroup once its processes are
     gone (removed by the launcher, by close, or by the next close's sweep)."""
-    from autograder.kernel import KernelDied, KernelSession, KernelTimedOut, Limits
+    from autograder.kernel.kernel_errors import KernelDied, KernelTimedOut
+    from autograder.kernel.session import KernelSession, Limits
 
     scratch = tmp_path / "scratch"
     session = KernelSession(scratch, Limits(memory_mb=6144), tmp_path / "kernel.log")
@@ -170,7 +173,7 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
         # start costs CPU-seconds per kernel, and can fill a small memory limit.
         assert session.run(UNCACHED, timeout=60).ok
         assert session.output[-1].strip() == "uncached: []", session.output[-1][:2000]
-        note = sandbox.cgroup_note(scratch)
+        note = notes.cgroup_note(scratch)
         group = Path(note.read_text()) if note.exists() else None  # this kernel's own memory cgroup, if any
         with pytest.raises(KernelDied) as died:
             session.run("import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
@@ -182,14 +185,14 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
         why = str(died.value)
         if "over the memory limit" in why:
             assert "stopped by its sandbox, over the memory limit of 6144 MB" in why, why
-            assert int(sandbox.oom_note(scratch).read_text()) >= 1
+            assert int(notes.oom_note(scratch).read_text()) >= 1
         else:
             assert "stopped by its sandbox, more than 128 processes" in why, why
-            assert sandbox.kill_note(scratch).read_text() == "more than 128 processes"  # what alive() reads
+            assert notes.kill_note(scratch).read_text() == "more than 128 processes"  # what alive() reads
         assert not session.alive()
     finally:
         session.close()
-    assert not sandbox.kill_note(scratch).exists()
+    assert not notes.kill_note(scratch).exists()
     if group is not None and group.exists():  # its processes outlived the wait in close (a loaded machine)
         members = cgroups.MemoryGroup(group, 0, group.parent).members
         for _ in range(600):
@@ -203,9 +206,9 @@ def test_a_fork_bomb_after_jax_is_a_crash_seen_at_once_and_leaves_nothing(tmp_pa
 def test_a_note_is_read_whole_or_not_at_all(tmp_path):
     """The grader reads a launcher's note the moment it exists. Written in place, it existed empty for a moment,
     and a fork bomb's row said only "the kernel died" (seen in a suite run); with Path.write_text in place of
-    report.atomic_write (what the launcher writes its notes with) this reader sees an empty note hundreds of times
+    atomic_files.atomic_write (what the launcher writes its notes with) this reader sees an empty note hundreds of times
     in a thousand writes."""
-    note, seen, stop = sandbox.kill_note(tmp_path / "scratch"), [], threading.Event()
+    note, seen, stop = notes.kill_note(tmp_path / "scratch"), [], threading.Event()
 
     def read():
         while not stop.is_set():
@@ -219,7 +222,7 @@ def test_a_note_is_read_whole_or_not_at_all(tmp_path):
     writes, deadline = 0, time.monotonic() + 60
     try:  # 1000 writes, and on until the reader has caught the note 100 times (a busy machine may starve its thread)
         while writes < 1000 or (len(seen) < 100 and time.monotonic() < deadline):
-            report.atomic_write(note, "more than 128 processes")
+            atomic_files.atomic_write(note, "more than 128 processes")
             note.unlink()
             writes += 1
     finally:
@@ -232,11 +235,11 @@ def test_a_note_is_read_whole_or_not_at_all(tmp_path):
 def test_sweep_removes_only_empty_groups_of_launchers_that_are_gone():
     if cgroups.available():
         pytest.skip(cgroups.available())
-    made = subprocess.run([sys.executable, "-c", "from autograder import cgroups; print(cgroups.create(2**26).path)"],
+    made = subprocess.run([sys.executable, "-c", "from autograder.sandbox import cgroups; print(cgroups.create(2**26).path)"],
                           capture_output=True, text=True, timeout=60, check=True)
     orphan = Path(made.stdout.strip())  # its creator has exited
     # a creator that has exited but is not reaped yet (a zombie: signal 0 still reaches it) is gone too
-    code = "from autograder import cgroups; print(cgroups.create(2**26).path, flush=True)"
+    code = "from autograder.sandbox import cgroups; print(cgroups.create(2**26).path, flush=True)"
     unreaped = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     zombie = Path(unreaped.stdout.readline().strip())
     stat = Path(f"/proc/{unreaped.pid}/stat")
@@ -406,7 +409,7 @@ def test_student_code_run_by_an_unprivileged_grader_has_no_privilege_over_the_ho
 GRADER_AS_NOBODY = """
 import sys
 from pathlib import Path
-from autograder.kernel import KernelSession, Limits
+from autograder.kernel.session import KernelSession, Limits
 d = Path(sys.argv[1]) / "grading"
 d.mkdir()
 s = KernelSession(d / "scratch", Limits(memory_mb=1024, disk_mb=16), d / "log")
@@ -444,9 +447,9 @@ def test_an_unprivileged_grader_reaches_its_kernels_sockets_and_cleans_up(tmp_pa
 
 
 def test_doctor_probes_each_property_from_inside_and_fails_loudly(capsys, monkeypatch):
-    from autograder.__main__ import main
+    from autograder.cli.main import main
 
-    checks = {c.name: c for c in sandbox.host_checks()}
+    checks = {c.name: c for c in probes.host_checks()}
     for name in ("host uid", "/proc/sys", "devices", "namespaces", "own limits"):
         assert checks[name].required and checks[name].ok, checks[name]
     # What the probe finds in a sandbox that maps the student to the host's root and shows the host's /dev:
@@ -457,7 +460,7 @@ def test_doctor_probes_each_property_from_inside_and_fails_loudly(capsys, monkey
               # one kind refused, the others made: each is reported, none hidden by the refusal
               "namespaces": {"mount": "made", "user": "No space left on device", "net": "made",
                              "tmpfs mount": "made"}}
-    monkeypatch.setattr(sandbox, "confinement", lambda *_: broken)  # in a fresh interpreter and a forked kernel
+    monkeypatch.setattr(probes, "confinement", lambda *_: broken)  # in a fresh interpreter and a forked kernel
     monkeypatch.delenv("AUTOGRADER_FORK_SERVER", raising=False)
     assert main(["doctor"]) == 1
     printed = capsys.readouterr().out
@@ -494,7 +497,8 @@ time.sleep(5)
 
 
 def test_a_kernel_past_its_disk_limit_is_stopped_and_leaves_nothing(tmp_path):
-    from autograder.kernel import KernelDied, KernelSession, Limits
+    from autograder.kernel.kernel_errors import KernelDied
+    from autograder.kernel.session import KernelSession, Limits
 
     scratch = tmp_path / "scratch"
     session = KernelSession(scratch, Limits(memory_mb=0, disk_mb=32), tmp_path / "kernel.log")
@@ -524,7 +528,7 @@ def test_a_sandbox_killed_outright_leaves_nothing_in_the_temporary_folder(tmp_pa
                                  "import time; open('/tmp/x', 'w').write('x'); time.sleep(600)"],
                                 env={**os.environ, "TMPDIR": str(temp)})
     try:
-        note = sandbox.kernel_note(scratch)
+        note = notes.kernel_note(scratch)
         for _ in range(600):
             if note.exists():
                 break
@@ -552,9 +556,10 @@ def test_a_kernel_that_cannot_start_is_said_so_in_the_row_and_log(tmp_path):
     the grader could not start a kernel, and nothing of the attempt is left."""
     from types import SimpleNamespace
 
-    from autograder import student
-    from autograder.kernel import KernelStartFailed, Limits
-    from autograder.pool import Flavour, KernelPool
+    from autograder.judging import student_steps
+    from autograder.kernel.kernel_errors import KernelStartFailed
+    from autograder.kernel.pool import Flavour, KernelPool
+    from autograder.kernel.session import Limits
     from autograder.results import Status
 
     limits = Limits(memory_mb=24)
@@ -566,10 +571,10 @@ def test_a_kernel_that_cannot_start_is_said_so_in_the_row_and_log(tmp_path):
             pool.take("k")
         assert all(t.is_alive() for t in pool._threads)  # the starter goes on (it started the second one)
         shared = SimpleNamespace(pool=pool, limits=limits)
-        group = student.Group(SimpleNamespace(key="k"), frozenset({"ex1"}), 0)
-        out = student.Outcome(["ex1"])
+        group = student_steps.Group(SimpleNamespace(key="k"), frozenset({"ex1"}), 0)
+        out = student_steps.Outcome(["ex1"])
         log = tmp_path / "logs" / "student.kernel.log"
-        student.grade_group(shared, group, None, out, time.monotonic() + 60, log)
+        student_steps.grade_group(shared, group, None, out, time.monotonic() + 60, log)
     finally:
         pool.close()
     assert out.status is Status.CRASHED
@@ -592,8 +597,8 @@ print(sorted(k.wait() for k in kids))
 def test_a_child_killed_by_the_memory_limit_is_said_in_the_row_and_log(tmp_path):
     """Three children of 200 MB under a 400 MB limit for the whole sandbox: the OOM killer stops one; the kernel
     goes on, and the row and the log say what happened."""
-    from autograder import student
-    from autograder.kernel import KernelSession, Limits
+    from autograder.judging import student_steps
+    from autograder.kernel.session import KernelSession, Limits
 
     if cgroups.available():
         pytest.skip(cgroups.available())
@@ -602,8 +607,8 @@ def test_a_child_killed_by_the_memory_limit_is_said_in_the_row_and_log(tmp_path)
         run = session.run(OOM_CHILD, timeout=60)
         assert run.ok, run.error
         assert "-9" in session.output[-1], session.output  # one child was killed
-        out = student.Outcome(["ex1"])
-        student.memory_kills(session, out, "ex1", 400)
+        out = student_steps.Outcome(["ex1"])
+        student_steps.memory_kills(session, out, "ex1", 400)
         assert session.alive()
     finally:
         session.close()
@@ -619,7 +624,8 @@ def test_an_oom_kill_that_ends_the_sandbox_is_noted_before_the_launcher_returns(
     code = """
 import subprocess, sys, time
 from pathlib import Path
-from autograder import sandbox
+from autograder.sandbox import watch
+from autograder.sandbox.config import SandboxConfig
 
 class Group:  # a memory cgroup whose OOM counter went up
     def oom_kills(self):
@@ -632,12 +638,12 @@ proc = subprocess.Popen(["sh", "-c", "exit 137"])  # kept: a collected Popen rea
 child = proc.pid
 while Path(f"/proc/{child}/stat").read_text().split(")")[-1].split()[0] != "Z":  # ended before the first look
     time.sleep(0.01)
-print(sandbox._watch(child, 0, {"scratch": sys.argv[1]}, None, Group()))
+print(watch.watch(child, 0, SandboxConfig(scratch=sys.argv[1]), None, Group()))
 """
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0 and done.stdout.strip() != "None", done.stdout + done.stderr
-    assert sandbox.oom_note(tmp_path).read_text() == "1"
+    assert notes.oom_note(tmp_path).read_text() == "1"
 
 
 # Issue 48: memory that no process's resident set shows (a memory file; a file in the sandbox's tmpfs, which is
@@ -724,7 +730,8 @@ os._exit(9)
 def test_a_kernel_the_oom_killer_stops_is_said_to_be_over_its_memory_limit(tmp_path):
     """The kernel itself, not a child, is the OOM killer's victim: its channels close as it dies, and the reason
     is the memory limit, not a message over the size cap (what the grader said before it read the OOM note)."""
-    from autograder.kernel import ChannelBroken, KernelDied, KernelSession, Limits
+    from autograder.kernel.kernel_errors import ChannelBroken, KernelDied
+    from autograder.kernel.session import KernelSession, Limits
 
     if cgroups.available():
         pytest.skip(cgroups.available())
@@ -743,7 +750,8 @@ def test_channels_closed_by_a_dying_kernel_wait_for_its_launchers_oom_note(tmp_p
     """On a busy machine the OOM killer's victim closes its channels well before its namespace has ended and its
     launcher has noted the kill (0.8 s here): the grader then names the memory limit. It once waited 0.5 s and
     said 'sent more than 16777216 bytes in one message ... or closed its channel'."""
-    from autograder.kernel import ChannelBroken, KernelDied, KernelSession, Limits
+    from autograder.kernel.kernel_errors import ChannelBroken, KernelDied
+    from autograder.kernel.session import KernelSession, Limits
 
     class Closed:  # a channel monitor that saw the kernel's end of the socket go
         def poll(self, _timeout):
@@ -755,7 +763,7 @@ def test_channels_closed_by_a_dying_kernel_wait_for_its_launchers_oom_note(tmp_p
     session.alive = lambda: True  # the namespace is still ending
     session.kill = lambda: None
     session._ended = lambda: ""
-    threading.Timer(0.8, lambda: sandbox.oom_note(session.scratch).write_text("1")).start()
+    threading.Timer(0.8, lambda: notes.oom_note(session.scratch).write_text("1")).start()
     with pytest.raises(KernelDied) as died:
         session._check_channels()
     assert not isinstance(died.value, ChannelBroken), died.value
@@ -763,8 +771,9 @@ def test_channels_closed_by_a_dying_kernel_wait_for_its_launchers_oom_note(tmp_p
 
 
 def test_student_text_on_stderr_never_passes_for_the_sandboxs_verdict(tmp_path):
-    from autograder import student
-    from autograder.kernel import KernelDied, KernelSession, Limits
+    from autograder.judging import student_steps
+    from autograder.kernel.kernel_errors import KernelDied
+    from autograder.kernel.session import KernelSession, Limits
 
     session = KernelSession(tmp_path / "scratch", Limits(memory_mb=2000), tmp_path / "kernel.log")
     try:
@@ -775,8 +784,8 @@ def test_student_text_on_stderr_never_passes_for_the_sandboxs_verdict(tmp_path):
     finally:
         session.close()
     assert "exit status 9" in str(died.value), died.value  # what the grader saw
-    assert sandbox.KERNEL_LINE + "sandbox: over the memory limit of 1 MB" in tail, tail  # kept, marked
-    assert student._launcher_lines(tail) == "", tail  # never quoted in the row as the sandbox's
+    assert watch.KERNEL_LINE + "sandbox: over the memory limit of 1 MB" in tail, tail  # kept, marked
+    assert student_steps._launcher_lines(tail) == "", tail  # never quoted in the row as the sandbox's
 
 
 def test_the_kernel_log_shows_terminal_escapes_and_bidi_controls_as_text(capfd):
@@ -785,7 +794,7 @@ def test_the_kernel_log_shows_terminal_escapes_and_bidi_controls_as_text(capfd):
     characters as text (so `cat` of the log cannot clear the screen or retitle the window), joins a character
     split between two reads and keeps lines and tabs."""
     read_end, write_end = os.pipe()
-    tap = sandbox._StderrTap(read_end)
+    tap = watch.StderrTap(read_end)
     try:
         capfd.readouterr()
         data = "clear \x1b[2J\x1b]0;pwned\x07\tC1 \x9b31m bidi \u202egnp.exe\nnext line \x00 é\n".encode()
@@ -798,6 +807,6 @@ def test_the_kernel_log_shows_terminal_escapes_and_bidi_controls_as_text(capfd):
         tap.close()
     err = capfd.readouterr().err
     assert not [c for c in err if unicodedata.category(c) in ("Cc", "Cf") and c not in "\n\t"], repr(err)
-    k = sandbox.KERNEL_LINE
+    k = watch.KERNEL_LINE
     assert err == (f"{k}clear \\x1b[2J\\x1b]0;pwned\\x07\tC1 \\x9b31m bidi \\u202egnp.exe\n"
                    f"{k}next line \\x00 é\n{k}\\xff raw byte\n"), repr(err)

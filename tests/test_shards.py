@@ -1,4 +1,4 @@
-"""Shards and merge (autograder.shards), the SLURM and Kubernetes recipes (autograder/deploy), LMS exports.
+"""Shards and merge (autograder.grading.shards), the SLURM and Kubernetes recipes (autograder/deploy), LMS exports.
 
 One small class is graded twice: once in one run, once as two shards through the SLURM array script (run here
 with the environment SLURM would give it) and joined by the merge script. Every file a class gets must come out
@@ -21,8 +21,10 @@ import nbformat
 import pytest
 import yaml
 
-from autograder import course, grade, shards, submissions
-from autograder.shards import MergeError
+from autograder import course
+from autograder.grading import class_run, shard_merge, shards
+from autograder.grading.grading_errors import MergeError
+from autograder.intake import file_names
 from tests.notebook_answers import answered, delegating
 
 pytestmark = pytest.mark.grading
@@ -67,7 +69,7 @@ def classes(tmp_path_factory):
             zf.write(p, p.name)
     roster.write_text(ROSTER, encoding="utf-8")
     single = tmp / "single"
-    grade.grade(archive, CH, single, roster=roster, workers=2, quiet=True, lms="canvas")
+    class_run.grade(archive, CH, single, roster=roster, workers=2, quiet=True, lms="canvas")
     env = {"SUBMISSIONS": str(archive), "CHAPTER": CH, "ROSTER": str(roster), "OUT_ROOT": str(tmp / "sharded"),
            "SLURM_ARRAY_TASK_COUNT": "2", "SLURM_CPUS_PER_TASK": "2", "LMS": "canvas"}
     for k in (0, 1):
@@ -116,15 +118,15 @@ def test_the_shards_split_the_class_and_the_gradebook_holds_it(classes):
 def test_a_missing_or_failed_shard_is_named_and_nothing_partial_is_written(classes):
     _, sharded, tmp = classes
     with pytest.raises(MergeError, match="missing: shard 1/2"):
-        shards.merge([sharded / "shard-0"], tmp / "partial")
+        shard_merge.merge([sharded / "shard-0"], tmp / "partial")
     broken = tmp / "broken-1"
     shutil.copytree(sharded / "shard-1", broken)
     marker = json.loads((broken / "shard.json").read_text())
     (broken / "shard.json").write_text(json.dumps({**marker, "complete": False}))
     with pytest.raises(MergeError, match=r"failed or still running: shard 1/2"):
-        shards.merge([sharded / "shard-0", broken], tmp / "partial")
+        shard_merge.merge([sharded / "shard-0", broken], tmp / "partial")
     assert not (tmp / "partial" / "grades.csv").exists()
-    shards.merge([sharded / "shard-0"], tmp / "partial", allow_partial=True)
+    shard_merge.merge([sharded / "shard-0"], tmp / "partial", allow_partial=True)
     rows = list(csv.DictReader((tmp / "partial" / "grades.csv").open(encoding="utf-8")))
     assert {r["student"] for r in rows} == set(json.loads((sharded / "shard-0" / "shard.json").read_text())["students"])
     assert json.loads((tmp / "partial" / "shard.json").read_text())["complete"] is False
@@ -137,7 +139,7 @@ def test_two_ids_that_used_to_share_a_file_keep_their_own_files_after_a_merge(cl
     rows = {r["student"]: r for r in csv.DictReader((merged / "grades.csv").open(encoding="utf-8"))}
     assert set(rows) == CLASS
     assert float(rows["zoë"]["score"]) > 0 and rows[ZOE_OLD_STEM]["status"] == "missing"
-    stems = {s: submissions.file_stem(s) for s in ("zoë", ZOE_OLD_STEM)}
+    stems = {s: file_names.file_stem(s) for s in ("zoë", ZOE_OLD_STEM)}
     assert len(set(stems.values())) == 2
     for student, stem in stems.items():
         assert json.loads((merged / "results" / f"{stem}.json").read_text(encoding="utf-8"))["student"] == student
@@ -166,7 +168,7 @@ def _set_marker(folder: Path, data: dict) -> None:
 def _refused(folders: list[Path], out: Path, *expected: str) -> str:
     """merge refuses, its message holds every ``expected`` text and says what to do, and nothing is written."""
     with pytest.raises(MergeError) as err:
-        shards.merge(folders, out)
+        shard_merge.merge(folders, out)
     text = str(err.value)
     for part in expected:
         assert part in text, text
@@ -182,7 +184,7 @@ def _other(sharded: Path, k: int) -> Path:
 def test_merge_refuses_an_edited_score(classes):
     _, sharded, tmp = classes
     k = shards.shard_of("bob", 2)
-    stem = submissions.file_stem("bob")
+    stem = file_names.file_stem("bob")
     for how in ("score only", "score and exercise"):
         copy = _shard(sharded, tmp, k, f"score-{how}")
         path = copy / "results" / f"{stem}.json"
@@ -209,7 +211,7 @@ def test_merge_refuses_a_student_listed_by_two_shards(classes):
     k = shards.shard_of("bob", 2)
     copy = _shard(sharded, tmp, 1 - k, "bob-twice")
     for sub, ext in (("results", "json"), ("feedback", "html")):  # bob's files too, and recorded: a careful edit
-        name = f"{submissions.file_stem('bob')}.{ext}"
+        name = f"{file_names.file_stem('bob')}.{ext}"
         shutil.copyfile(sharded / f"shard-{k}" / sub / name, copy / sub / name)
     data = _marker(copy)
     data["students"] = sorted([*data["students"], "bob"])
@@ -258,7 +260,7 @@ def test_merge_refuses_shards_of_different_exports_that_share_file_names(classes
     assert other[:16] in text
     # merged alone (the other shard lost), its zoë result is not of the file it says it read
     with pytest.raises(MergeError, match=r"was not graded from 'zed_104_4_06_training_llama3.ipynb' as the shard read"):
-        shards.merge([copy], tmp / "out-export", allow_partial=True)
+        shard_merge.merge([copy], tmp / "out-export", allow_partial=True)
     assert not (tmp / "out-export").exists()
 
 
@@ -303,7 +305,7 @@ def test_a_merge_into_a_class_keeps_the_scores_typed_in_its_formgrader(classes, 
     into grades.csv, grades_long.csv and canvas.csv (the gradebook keeps it, as a re-grade does) and names it."""
     from nbgrader.api import Gradebook
 
-    from autograder import gradebook
+    from autograder.outputs import gradebook
 
     _, sharded, tmp = classes
     out = tmp_path / "class"
@@ -314,7 +316,7 @@ def test_a_merge_into_a_class_keeps_the_scores_typed_in_its_formgrader(classes, 
         auto, g.manual_score = g.auto_score, 0.5
         gb.db.commit()
     capsys.readouterr()
-    shards.merge([sharded / "shard-0", sharded / "shard-1"], out, roster=tmp / "roster.csv", lms="canvas")
+    shard_merge.merge([sharded / "shard-0", sharded / "shard-1"], out, roster=tmp / "roster.csv", lms="canvas")
     said = capsys.readouterr().out
     assert "kept 1 manual score from formgrader" in said
     assert f"\n  alice, {eid}: {auto:g} -> 0.5 (manual score 0.5)\n" in said

@@ -8,9 +8,12 @@ import textwrap
 
 import pytest
 
-from autograder import align, course, surface, transfer
-from autograder.judge import Judge
-from autograder.transfer import library_refs
+from autograder import course
+from autograder.instructor import chapter_model
+from autograder.judging.judge import Judge
+from autograder.kernel import transfer
+from autograder.kernel.transfer import library_refs
+from autograder.library import surface
 from scalelib import exercise as ex
 from scalelib import hardware as hw
 from scalelib import machine
@@ -20,14 +23,16 @@ OPS = (OpRun("fusion.1", 0, 0, 1.0, 2.0, "compute"), OpRun("all-gather", 1, 0, 2
 POD = frozenset({("scalelib.hardware", "Chip.pod_hosts"), ("scalelib.hardware", "Chip.pod_flops_per_s")})
 
 # Runs in a fresh interpreter where scalelib cannot be imported at all (as in a kernel whose surface holds none of
-# it), with the grader's helper installed the way a kernel gets it (its source, run as autograder.inkernel).
+# it), with the grader's helper installed the way a kernel gets it (its source, run as autograder.kernel.inside).
 KERNEL = """
 import base64, pickle, sys, types
 sys.modules["scalelib"] = None  # any import of scalelib fails
-ns = {"__name__": "autograder.inkernel"}
-exec(compile(open(sys.argv[1]).read(), "inkernel", "exec"), ns)
-here = types.ModuleType("autograder.inkernel"); here.__dict__.update(ns)
-sys.modules["autograder"] = types.ModuleType("autograder"); sys.modules["autograder.inkernel"] = here
+ns = {"__name__": "autograder.kernel.inside"}
+exec(compile(open(sys.argv[1]).read(), "inside", "exec"), ns)
+here = types.ModuleType("autograder.kernel.inside"); here.__dict__.update(ns)
+for name in ("autograder", "autograder.kernel"):
+    sys.modules[name] = types.ModuleType(name)
+sys.modules["autograder.kernel.inside"] = here
 (ops, chip), _ = pickle.loads(base64.b64decode(sys.argv[2]))
 print([op.end_s for op in ops], type(ops[0]).__name__, type(ops[0]) is type(ops[1]))
 print(chip.pod_chips, chip.flops_per_s("int8"), chip.chips_per_host, chip.name)
@@ -40,9 +45,9 @@ for use in (lambda: chip.pod_hosts, lambda: chip.pod_flops_per_s("bf16")):
 
 
 def _in_kernel(data: bytes) -> str:
-    from autograder import inkernel
+    from autograder.kernel import inside
 
-    run = subprocess.run([sys.executable, "-c", KERNEL, inkernel.__file__, base64.b64encode(data).decode()],
+    run = subprocess.run([sys.executable, "-c", KERNEL, inside.__file__, base64.b64encode(data).decode()],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return run.stdout
@@ -73,7 +78,7 @@ def test_withheld_members_are_not_in_the_code_sent():
 def test_demo_values_travel_with_their_class_where_it_can():
     """What a demo cell binds reaches the kernel the same way; an object whose class cannot travel becomes a record
     of its fields there (no test hands it over, so nothing is unjudgeable)."""
-    from autograder.trusted import _binding, _entry
+    from autograder.judging.trusted import _binding, _entry
 
     shipper = transfer.Shipper(transfer.never, POD, lenient=True)
     kind, name, data = _entry(_binding("v5e", hw.TPU_V5E), surface.closure(()), shipper)
@@ -92,7 +97,7 @@ def test_plot_objects_never_reach_a_kernel_even_inside_a_container():
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from autograder.trusted import _binding
+    from autograder.judging.trusted import _binding
 
     fig, axes = plt.subplots(1, 2)  # axes: a numpy array of Axes
     try:
@@ -119,7 +124,7 @@ def test_a_class_whose_methods_need_more_of_scalelib_does_not_travel():
 
 def test_withholds_are_read_from_the_test_cell():
     """Through the cell's own names (``Chip = hw.Chip``), aliases, and tuples the cell binds (``ex.withhold(*members)``)."""
-    ch02 = align.load_chapter(course.SOLUTIONS / "02_tpus.ipynb")
+    ch02 = chapter_model.load_chapter(course.SOLUTIONS / "02_tpus.ipynb")
     assert {("scalelib.hardware", f"Chip.{m}") for m in ("pod_hosts", "pod_cores", "pod_flops_per_s",
                                                            "pod_hbm_bytes", "pod_chips", "chips_per_host")} \
         <= ch02.exercises["ch02-ex2-2-pod"].withholds

@@ -43,7 +43,8 @@ import jax.numpy as jnp  # noqa: E402
 import nbformat  # noqa: E402
 from nbclient import NotebookClient  # noqa: E402
 
-from autograder import course, grade  # noqa: E402
+from autograder import course  # noqa: E402
+from autograder.grading import class_run
 from scalelib import compat, hardware_check, machine  # noqa: E402
 from scalelib import ring_collectives as rc  # noqa: E402
 
@@ -63,13 +64,13 @@ def grading_seconds(name: str) -> float:
         subs.mkdir()
         shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / "student.ipynb")
         start = time.perf_counter()
-        grade.grade(subs, name, Path(tmp) / "out")
+        class_run.grade(subs, name, Path(tmp) / "out")
         return time.perf_counter() - start
 
 
 def nbgrader_sequential_seconds(name: str, subs: Path, work: Path) -> float:
     """nbgrader autograde, one student after another, as an instructor would run it."""
-    from autograder import nbgrader_course
+    from autograder.instructor import nbgrader_course
 
     api, _ = nbgrader_course.generate(work / "course", name, course.SOLUTIONS)
     start = time.perf_counter()
@@ -93,7 +94,7 @@ def grading_throughput(name: str = "01_rooflines", copies: int = 16, workers: in
         for i in range(copies):
             shutil.copy(course.SOLUTIONS / f"{name}.ipynb", subs / f"student{i:02d}.ipynb")
         start = time.perf_counter()
-        results = grade.grade(subs, name, Path(tmp) / "out", workers=workers, quiet=True)
+        results = class_run.grade(subs, name, Path(tmp) / "out", workers=workers, quiet=True)
         ours = time.perf_counter() - start
         assert all(r.score == r.max_score for r in results), [r.line() for r in results]
         theirs = nbgrader_sequential_seconds(name, subs, Path(tmp) / "nbgrader")
@@ -109,7 +110,7 @@ def grading_throughput(name: str = "01_rooflines", copies: int = 16, workers: in
 def sharded_class(name: str = "01_rooflines", copies: int = 64, n_shards: int = 2, workers: int = 2) -> None:
     """A class graded as ``n_shards`` shards, one after another here (on a cluster they run side by side), then
     merged: each shard's wall time, the merge's, and what a cluster would take (slowest shard + merge)."""
-    from autograder import shards
+    from autograder.grading import shard_merge
 
     with tempfile.TemporaryDirectory() as tmp:
         subs = Path(tmp) / "subs"
@@ -119,11 +120,11 @@ def sharded_class(name: str = "01_rooflines", copies: int = 64, n_shards: int = 
         walls = []
         for k in range(n_shards):
             start = time.perf_counter()
-            part = grade.grade(subs, name, Path(tmp) / f"shard-{k}", workers=workers, quiet=True, shard=(k, n_shards))
+            part = class_run.grade(subs, name, Path(tmp) / f"shard-{k}", workers=workers, quiet=True, shard=(k, n_shards))
             walls.append(time.perf_counter() - start)
             print(f"shard {k}/{n_shards}: {len(part)} notebooks in {walls[-1]:.1f} s", flush=True)
         start = time.perf_counter()
-        merged = shards.merge([Path(tmp) / f"shard-{k}" for k in range(n_shards)], Path(tmp) / "class")
+        merged = shard_merge.merge([Path(tmp) / f"shard-{k}" for k in range(n_shards)], Path(tmp) / "class")
         merge_s = time.perf_counter() - start
         assert len(merged) == copies and all(r.score == r.max_score for r in merged)
     print(f"{copies} copies of {name} as {n_shards} shards ({workers} workers each): shards {sum(walls):.1f} s one "
@@ -337,7 +338,7 @@ def main() -> int:
     for op, bidi, ours, ref in collective_ratios():
         print(f"{op:15s} {'bidi' if bidi else 'uni':>9s} {ours * 1e3:10.3f} {ref * 1e3:9.3f} {ours / ref:9.2f}")
     print_attention_rows()
-    print(f"\ntraining step of the small model, batch 16 x 64 tokens, 8 simulated devices (best of 5)")
+    print("\ntraining step of the small model, batch 16 x 64 tokens, 8 simulated devices (best of 5)")
     print(f"{'scheme':16s} {'mesh':>5s} {'step (ms)':>10s} {'1 device (ms)':>14s} {'ratio':>6s}")
     for name, mesh_desc, ours, ref in scheme_step_rows():
         print(f"{name:16s} {mesh_desc:>5s} {ours * 1e3:10.2f} {ref * 1e3:14.2f} {ours / ref:6.2f}", flush=True)

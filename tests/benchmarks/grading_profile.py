@@ -4,12 +4,12 @@ Grades the class that tests/test_grading_chapters.py grades for CHAPTER (the sol
 hostile, delegating and second answers) with the suite's settings and prints, per phase of the grader, how often
 it ran and how long it took, and the CPU the whole machine and the grader's own process used meanwhile:
 
-* the trusted context: the instructor's notebook run once in the grader (autograder.trusted), on the critical
+* the trusted context: the instructor's notebook run once in the grader (autograder.judging.trusted), on the critical
   path of every student whose replay needs its values;
-* kernel starts (autograder.kernel.KernelSession: a sandbox, ipykernel's start, the grader's helper), one
+* kernel starts (autograder.kernel.session.KernelSession: a sandbox, ipykernel's start, the grader's helper), one
   per student per group of exercises that share a surface;
 * ``bind`` steps (the set-up's values unpickled in a kernel; JAX is there already: kernels are forked from a
-  server that imported it, see autograder/zygote.py),
+  server that imported it, see autograder/kernel/forkserver.py),
   the student's cells and the judge's calls into the kernel, and the judge's tests (run in the grader).
 
 The wall times of phases that overlap (threads, the warm pool) add up to more than the run's wall time. Nothing
@@ -29,7 +29,9 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
-from autograder import grade, judge, kernel, trusted
+from autograder.grading import class_run
+from autograder.judging import judge, trusted
+from autograder.kernel import session
 
 
 def _busy_cpu_s() -> float | None:
@@ -65,8 +67,8 @@ def _timed(phases: dict[str, list[float]]) -> Iterator[None]:
         return "kernel: the judge's calls" if kwargs.get("silent") else "kernel: a student's cell"
 
     methods = [(trusted.TrustedContext, "build", "trusted context (instructor's notebook)"),
-               (kernel.KernelSession, "__init__", "kernel start (sandbox + ipykernel)"),
-               (kernel.KernelSession, "run", run_kind),
+               (session.KernelSession, "__init__", "kernel start (sandbox + ipykernel)"),
+               (session.KernelSession, "run", run_kind),
                (judge.Judge, "judge", "judge: one exercise's tests")]
     saved = [(cls, name, getattr(cls, name)) for cls, name, _ in methods]
     for cls, name, label in methods:
@@ -90,7 +92,7 @@ def report(chapter: str) -> None:
         busy, own = _busy_cpu_s(), resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         with _timed(phases):
-            results = grade.grade(subs, chapter, Path(tmp) / "out", unrestricted=unrestricted, quiet=True)
+            results = class_run.grade(subs, chapter, Path(tmp) / "out", unrestricted=unrestricted, quiet=True)
         wall = time.perf_counter() - start
         after, own_after = _busy_cpu_s(), resource.getrusage(resource.RUSAGE_SELF)
     grader_cpu = (own_after.ru_utime + own_after.ru_stime) - (own.ru_utime + own.ru_stime)

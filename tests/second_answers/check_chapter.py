@@ -20,7 +20,9 @@ from pathlib import Path
 
 import nbformat
 
-from autograder import align, course, grade
+from autograder import course
+from autograder.grading import class_run
+from autograder.instructor import chapter_model
 from tests.notebook_answers import answered
 
 
@@ -59,9 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             nbformat.write(answered(args.chapter, second), subs / "second_open.ipynb")
         if args.solution:
             nbformat.write(answered(args.chapter), subs / "solution.ipynb")
-        results = {r.student: r for r in grade.grade(subs, args.chapter, Path(tmp) / "out", quiet=True,
+        results = {r.student: r for r in class_run.grade(subs, args.chapter, Path(tmp) / "out", quiet=True,
                                                      unrestricted=frozenset({"second_open"}))}
-    points = {e: x.points for e, x in align.load_chapter(course.SOLUTIONS / f"{args.chapter}.ipynb").exercises.items()}
+    points = {e: x.points for e, x in chapter_model.load_chapter(course.SOLUTIONS / f"{args.chapter}.ipynb").exercises.items()}
     bad = 0
     for student, r in sorted(results.items()):
         print(f"--- {student}: {r.score:g} / {r.max_score:g} ({r.status.value}) {r.detail}")
