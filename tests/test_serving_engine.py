@@ -179,3 +179,25 @@ def test_the_reported_program_count_is_what_jax_compiled():
     eng = engine.Engine(params(), CFG, cfg)
     eng.run([request.request(p, 4) for p in PROMPTS[:4]], [0, 0, 3, 6])
     assert eng.compiled_programs == paged.step_jit._cache_size() - before == 2 < len(eng.records)
+
+
+def test_a_cancelled_request_gives_its_blocks_back_at_once_and_the_others_go_on():
+    reqs = [request.request(p, MAX_NEW) for p in (PROMPTS[6], PROMPTS[3], PROMPTS[7], PROMPTS[0])]
+    eng = engine.Engine(params(), CFG, config(max_running=2, token_budget=8))
+    ids = [eng.add(r) for r in reqs]
+    for _ in range(4):
+        eng.step()
+    running = [s.seq_id for s in eng.scheduler.running]
+    waiting = [s.seq_id for s in eng.scheduler.waiting]
+    assert ids[1] in running and ids[3] in waiting, (running, waiting)
+    held = {b for s in eng.scheduler.running if s.seq_id != ids[1] for b in s.blocks}
+    assert eng.cancel(ids[1]) and eng.cancel(ids[3])  # one running (mid-way), one waiting
+    assert eng.pool.num_used == len(held)  # its blocks are free now, not at the end of a step
+    eng.pool.check()
+    assert not eng.cancel(ids[1]) and not eng.cancel(99)  # once only; an unknown id is no error
+    while eng.has_work:
+        eng.step()
+    assert set(eng.finished) == {ids[0], ids[2]} and set(eng.cancelled) == {ids[1], ids[3]}
+    assert eng.finished[ids[0]].tokens == plain(PROMPTS[6]) and eng.finished[ids[2]].tokens == plain(PROMPTS[7])
+    assert eng.cancelled[ids[3]] == () and eng.cancelled[ids[1]] == plain(PROMPTS[3])[:len(eng.cancelled[ids[1]])]
+    assert eng.pool.num_used == 0

@@ -80,3 +80,37 @@ def test_plans_respect_budget_blocks_order_and_limits(state):
     assert need <= free + sum(views[i].freed_if_preempted for i in p.preempted)
     if len(scheduled_run) < len(kept):  # a running sequence was left out only for want of budget
         assert sum(ns.values()) == budget
+
+
+def test_shortest_prompt_first_admits_by_remaining_tokens_and_keeps_the_running_order():
+    from scalelib.serving.scheduler import shortest_prompt_first
+
+    running = [SeqView(0, 8, 9, 3)]
+    waiting = [SeqView(1, 0, 14, 0), SeqView(2, 0, 3, 0), SeqView(3, 4, 9, 1), SeqView(4, 0, 3, 0)]
+    sizes = {"token_budget": 16, "max_running": 3, "free_blocks": 100, "block_size": BS, "max_chunk": None}
+    assert plan_step(running, waiting, **sizes).scheduled == ((0, 1), (1, 14), (2, 1))  # arrival order
+    assert shortest_prompt_first(running, waiting, **sizes).scheduled == ((0, 1), (2, 3), (4, 3))  # 3, 3 (ties: id)
+    assert shortest_prompt_first(running, [], **sizes) == plan_step(running, [], **sizes)
+
+
+def test_a_schedule_policy_is_a_field_of_the_engine_and_keeps_the_tokens():
+    """On a long prompt followed by short ones, shortest-first gives the short ones their first token sooner (in
+    steps, not seconds: machines are noisy), with the same greedy tokens."""
+    from scalelib.serving import engine, request
+    from scalelib.serving.scheduler import shortest_prompt_first
+    from tests.serving_common import CFG, MAX_NEW, PROMPTS, config, params, plain
+
+    prompts = [PROMPTS[6], PROMPTS[7], PROMPTS[0], PROMPTS[1], PROMPTS[2]]  # 19, 19 tokens, then three of 7
+    reqs = [request.request(p, MAX_NEW) for p in prompts]
+    first_step = {}
+    for name, policy in (("fcfs", engine.EngineConfig.schedule), ("spf", shortest_prompt_first)):
+        eng = engine.Engine(params(), CFG, config(schedule=policy, max_running=2, token_budget=8))
+        results = eng.run(reqs)
+        assert [r.tokens for r in results] == [plain(p) for p in prompts], name
+        steps = {}
+        for rec in eng.records:  # the step in which each request's prompt was done
+            for sid, _n, kind in rec.entries:
+                if kind == "decode":
+                    steps.setdefault(sid, rec.index)
+        first_step[name] = sum(steps[i] for i in (2, 3, 4)) / 3
+    assert first_step["spf"] < first_step["fcfs"], first_step

@@ -9,6 +9,11 @@ sequences and chunks of prompts, within the token budget), the step's tokens are
 give their blocks back. Each step leaves a ``StepRecord`` (who ran, how many tokens, prefill or
 decode, block-pool occupancy, start and end times) for ``metrics`` and ``plots``.
 
+The policies are fields of ``EngineConfig``: ``schedule`` (what runs in a step: ``scheduler.plan_step``,
+first come first served, by default; ``scheduler.shortest_prompt_first`` is the other one here) and
+``eviction`` (which cached prefix goes first: ``eviction.POLICIES``). ``Engine.cancel`` drops a
+request at any point: its blocks go back to the pool at once and the others go on.
+
 ``Engine.add`` checks a request against the model and the pool before touching any state, so a
 bad request is refused with a clear error and nothing else is lost: a token id outside the
 vocabulary, a prompt plus new tokens longer than the context, a request whose tokens could
@@ -27,9 +32,10 @@ import numpy as np
 from scalelib import model
 from scalelib.serving import paged, sampling
 from scalelib.serving.block_pool import BlockPool
+from scalelib.serving.eviction import POLICIES
 from scalelib.serving.prefix_cache import PrefixCache
 from scalelib.serving.request import Request
-from scalelib.serving.scheduler import Scheduler, SequenceState
+from scalelib.serving.scheduler import SchedulePolicy, Scheduler, SequenceState, plan_step
 from scalelib.transformer import TransformerConfig
 from scalelib.validate import positive_int
 
@@ -43,6 +49,7 @@ class EngineConfig:
     or above a dimension's natural largest bucket pins it.
     ``array_blocks`` > ``num_blocks`` makes the KV arrays larger than the pool hands out, so engines
     with different pool sizes share compiled steps (the tests vary the pool to force preemptions).
+    ``schedule`` and ``eviction`` are the two policies (see the module docstring).
     """
 
     num_blocks: int = 64
@@ -57,6 +64,8 @@ class EngineConfig:
     min_rows_bucket: int = 1
     check_blocks: bool = False  # check the pool's invariants after every step (tests)
     array_blocks: int | None = None  # blocks the KV arrays hold (None: num_blocks)
+    schedule: SchedulePolicy = plan_step  # what runs in a step (scheduler.plan_step's signature)
+    eviction: str = "lru"  # which cached prefix the pool reuses first: a key of eviction.POLICIES
 
     def __post_init__(self) -> None:
         for name in ("num_blocks", "block_size", "max_running", "token_budget", "max_context",
@@ -64,6 +73,10 @@ class EngineConfig:
             object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.max_chunk is not None:
             object.__setattr__(self, "max_chunk", positive_int("max_chunk (or None for no limit)", self.max_chunk))
+        if self.eviction not in POLICIES:
+            raise ValueError(f"unknown eviction policy {self.eviction!r}; choose one of {', '.join(sorted(POLICIES))}")
+        if not callable(self.schedule):
+            raise TypeError(f"schedule must be a function like scheduler.plan_step, got {self.schedule!r}")
         if self.array_blocks is not None and not (isinstance(self.array_blocks, int)
                                                   and self.array_blocks >= self.num_blocks):
             raise ValueError(f"array_blocks must be None or an int >= num_blocks={self.num_blocks}, "
@@ -132,13 +145,14 @@ class Engine:
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.params, self.cfg, self.config, self.clock = paged.unstacked(params), cfg, config, clock
         self.pool = BlockPool(config.num_blocks, config.block_size)
-        self.cache = PrefixCache(self.pool, enabled=config.prefix_caching)
+        self.cache = PrefixCache(self.pool, enabled=config.prefix_caching, eviction=config.eviction)
         self.kv = paged.init_pool(cfg, config.array_blocks or config.num_blocks, config.block_size,
                                   params["embed"].dtype)
         self.scheduler = Scheduler(self.cache, token_budget=config.token_budget, max_running=config.max_running,
-                                   max_chunk=config.max_chunk)
+                                   max_chunk=config.max_chunk, policy=config.schedule)
         self.records: list[StepRecord] = []
         self.finished: dict[int, Result] = {}
+        self.cancelled: dict[int, tuple[int, ...]] = {}  # seq_id -> the tokens it had generated
         self.step_shapes: set[tuple[int, int, int]] = set()  # (tokens, table width, rows): a program each
         self._next_id = 0
 
@@ -166,6 +180,18 @@ class Engine:
         self._next_id += 1
         self.scheduler.add(seq)
         return seq.seq_id
+
+    def cancel(self, seq_id: int) -> bool:
+        """Drop request ``seq_id`` wherever it is (waiting or running): its blocks return to the pool now (a prefix
+        it cached stays cached), the other requests go on. False if it is unknown or already finished."""
+        seq = next((s for s in self.scheduler.waiting + self.scheduler.running if s.seq_id == seq_id), None)
+        if seq is None:
+            return False
+        self.scheduler.cancel(seq)
+        self.cancelled[seq_id] = tuple(seq.output)
+        if self.config.check_blocks:
+            self.pool.check()
+        return True
 
     @property
     def has_work(self) -> bool:

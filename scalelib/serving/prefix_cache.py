@@ -7,9 +7,10 @@ keeps them computes only the rest; ``inference.serving_rates.prefix_cache_comput
 A full block is named by a hash chained over every token up to its end: block i's hash covers
 block i's tokens and block i-1's hash, so equal hashes mean equal whole prefixes (a block's keys
 and values depend on every token before it). A new request looks its blocks' hashes up in order
-and reuses the longest run that is cached. Cached blocks nobody holds stay in the pool's free
-queue behind the empty ones, least recently released first, and are evicted (their hash
-forgotten) only when the pool hands them out again.
+and reuses the longest run that is cached. Cached blocks nobody holds stay in the pool as *kept*
+free blocks, handed out only when no empty block is left, in the order of the cache's eviction
+policy (``eviction``: LRU by default, or FIFO, LFU, segmented LRU), and are evicted (their hash
+forgotten) only then.
 
 ``PrefixCache`` is the engine's single door to the ``BlockPool``: with ``enabled=False`` it
 allocates and releases without remembering anything.
@@ -23,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalelib.serving.block_pool import BlockPool
+from scalelib.serving.eviction import make_policy
 
 
 def block_hashes(tokens: Sequence[int], block_size: int, start: int = 0, parent: bytes = b"") -> list[bytes]:
@@ -53,8 +55,9 @@ class PrefixStats:
 class PrefixCache:
     """Hash -> block map over a ``BlockPool`` (see the module docstring)."""
 
-    def __init__(self, pool: BlockPool, enabled: bool = True) -> None:
+    def __init__(self, pool: BlockPool, enabled: bool = True, eviction: str = "lru") -> None:
         self.pool, self.enabled = pool, enabled
+        self.policy = make_policy(eviction, pool.num_blocks)
         self._block_of: dict[bytes, int] = {}
         self._hash_of: dict[int, bytes] = {}
         self.stats = PrefixStats()
@@ -78,6 +81,7 @@ class PrefixCache:
         """Take a hit: hold ``blocks`` (from ``lookup``) for a request of ``lookup_tokens`` prompt tokens."""
         for b in blocks:
             self.pool.share(b)
+            self.policy.hit(b)
         self.stats.lookups += 1
         self.stats.lookup_tokens += lookup_tokens
         self.stats.hit_blocks += len(blocks)
@@ -85,11 +89,12 @@ class PrefixCache:
 
     def allocate(self, n: int) -> list[int]:
         """``n`` empty blocks; a cached block handed out is evicted (its hash forgotten)."""
-        out = self.pool.allocate(n)
+        out = self.pool.allocate(n, evict=self.policy.order)
         for b in out:
             h = self._hash_of.pop(b, None)
             if h is not None:
                 del self._block_of[h]
+                self.policy.evicted(b)
                 self.stats.evictions += 1
         return out
 
@@ -97,8 +102,11 @@ class PrefixCache:
         """``block`` now holds the full block named ``h``; remember it unless that prefix is cached already."""
         if self.enabled and h not in self._block_of and block not in self._hash_of:
             self._block_of[h], self._hash_of[block] = block, h
+            self.policy.cached(block)
 
     def release(self, blocks: Sequence[int]) -> None:
         """A sequence gives its blocks back, last first, so its tail is evicted before its head."""
         for b in reversed(blocks):
             self.pool.release(b, keep=b in self._hash_of)
+            if b in self._hash_of and self.pool.is_free(b):
+                self.policy.released(b)

@@ -20,6 +20,10 @@ sequence (a ``SeqView``), in this order:
 
 Priority is arrival order everywhere, so the oldest sequence always makes progress: ``engine``
 rejects requests that could not fit the pool alone, which guarantees the engine never stalls.
+``shortest_prompt_first`` is the same plan with the waiting sequences ordered by the tokens they
+still need (ties by arrival): a short request no longer waits behind a long one (time to first
+token falls on a mixed trace), at the price of fairness: a long prompt can wait while short ones
+keep arriving. Any function with ``plan_step``'s signature is a policy (``EngineConfig.schedule``).
 
 A waiting sequence may start with a prefix-cache hit: ``computed`` tokens already cached in
 ``blocks`` blocks, ``revive`` of which sit in the free queue and stop being free once it runs.
@@ -29,6 +33,7 @@ A waiting sequence may start with a prefix-cache hit: ``computed`` tokens alread
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scalelib.serving.prefix_cache import PrefixCache, block_hashes
@@ -98,6 +103,14 @@ def plan_step(running: list[SeqView], waiting: list[SeqView], *, token_budget: i
     return StepPlan(tuple(scheduled), tuple(preempted))
 
 
+SchedulePolicy = Callable[..., StepPlan]  # plan_step's signature: (running, waiting, *, token_budget, ...)
+
+
+def shortest_prompt_first(running: list[SeqView], waiting: list[SeqView], **sizes: int | None) -> StepPlan:
+    """``plan_step`` with the waiting sequences taken by fewest tokens still to compute (ties: oldest first)."""
+    return plan_step(running, sorted(waiting, key=lambda w: (w.total - w.computed, w.seq_id)), **sizes)  # type: ignore[arg-type]
+
+
 @dataclass(eq=False)
 class SequenceState:
     """A request being served: its tokens so far, its blocks, and when things happened."""
@@ -140,8 +153,8 @@ class Scheduler:
     """Waiting and running queues over a ``PrefixCache`` (see the module docstring)."""
 
     def __init__(self, cache: PrefixCache, *, token_budget: int, max_running: int,
-                 max_chunk: int | None = None) -> None:
-        self.cache, self.pool = cache, cache.pool
+                 max_chunk: int | None = None, policy: SchedulePolicy = plan_step) -> None:
+        self.cache, self.pool, self.policy = cache, cache.pool, policy
         self.token_budget, self.max_running, self.max_chunk = token_budget, max_running, max_chunk
         self.waiting: list[SequenceState] = []  # by seq_id: arrival order
         self.running: list[SequenceState] = []
@@ -153,7 +166,7 @@ class Scheduler:
         bs = self.pool.block_size
         run_views = [SeqView(s.seq_id, s.computed, len(s.tokens), len(s.blocks),
                              freeable=sum(self.pool.refcount[b] == 1 for b in s.blocks)) for s in self.running]
-        candidates = self.waiting[:max(0, self.max_running - len(self.running))]
+        candidates = list(self.waiting)  # all of them: a policy may admit any (plan_step stops at max_running)
         hits, wait_views = {}, []
         for s in candidates:
             s.update_hashes(bs)
@@ -161,8 +174,8 @@ class Scheduler:
             hits[s.seq_id] = hit
             wait_views.append(SeqView(s.seq_id, len(hit) * bs, len(s.tokens), len(hit),
                                       revive=sum(self.pool.is_free(b) for b in hit)))
-        plan = plan_step(run_views, wait_views, token_budget=self.token_budget, max_running=self.max_running,
-                         free_blocks=self.pool.num_free, block_size=bs, max_chunk=self.max_chunk)
+        plan = self.policy(run_views, wait_views, token_budget=self.token_budget, max_running=self.max_running,
+                           free_blocks=self.pool.num_free, block_size=bs, max_chunk=self.max_chunk)
         by_id = {s.seq_id: s for s in self.running + candidates}
         preempted = [by_id[i] for i in plan.preempted]
         for s in preempted:
@@ -195,3 +208,10 @@ class Scheduler:
         self.running.remove(seq)
         self.cache.release(seq.blocks)
         seq.blocks = []
+
+    def cancel(self, seq: SequenceState) -> None:
+        """Drop ``seq`` from whichever queue holds it and give its blocks back (a waiting one holds none)."""
+        if seq in self.running:
+            self.finish(seq)
+        else:
+            self.waiting.remove(seq)
