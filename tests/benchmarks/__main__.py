@@ -13,7 +13,7 @@ Prints, side by side in one run:
 * with --attention (only that): the flash attention rows above, on JAX's default device (a GPU's, where one is).
 * with --dispatch (only that): on JAX's default device, a large matmul (bf16; f32 at the default and at "highest"
   precision) and a large add timed one run a sample against 10 runs back to back (machine.best_time_s's calls).
-* with --serving (only that): continuous vs static batching, prefix caching and speculative decoding
+* with --serving (only that): continuous vs static batching, prefix caching, the eviction policies and speculative decoding
   (tests/benchmarks/serving.py); add --highest to run them at "highest" matmul precision.
 * with --grading (only that): grading throughput of ``autograder grade`` (parallel, sandboxed, warm kernel pool)
   against sequential ``nbgrader autograde`` on the same 16 (--copies) copies of chapter 1's solution;

@@ -182,10 +182,22 @@ def speculative_decoding(new_tokens: int = 96, prompts: int = 4) -> None:
                   f"{prompts * new_tokens / spec_s:9.1f} {plain_s / spec_s:7.2f}x {same:>7s}")
 
 
+def eviction_policies(num_blocks: int = 48, block_size: int = 8) -> None:
+    """The prefix cache's eviction policies on cache_lab's seeded traces (the block pool only: no model runs)."""
+    from scalelib.serving import cache_lab
+
+    print(f"\neviction policies: {num_blocks} blocks of {block_size} tokens, seeded traces (serving.cache_lab)")
+    print(f"{'trace':15s} {'policy':6s} {'hit rate':>8s} {'recomputed':>10s} {'evictions':>9s} {'prefill/request':>15s}")
+    for r in cache_lab.compare(num_blocks, block_size):
+        print(f"{r.trace:15s} {r.policy:6s} {r.hit_rate:8.3f} {r.recomputed_tokens:10d} {r.evictions:9d} "
+              f"{r.mean_prefill_tokens:15.1f}")
+
+
 def main() -> None:
     precision = jax.config.jax_default_matmul_precision or "default"
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}; one device, float32, matmul precision {precision}")
     continuous_vs_static()
     continuous_vs_static(long_tailed=True)
     prefix_caching()
+    eviction_policies()
     speculative_decoding()
