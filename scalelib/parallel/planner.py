@@ -100,6 +100,9 @@ class SchemePlan:
     training_time_s: float | None
     cost_usd: float | None
     notes: tuple[str, ...] = ()
+    compute_s: float = 0.0  # the step's FLOPs at the plan's mfu, both passes
+    exposed_comms_s: float = 0.0  # communication not hidden under a pass's compute
+    bubble_s: float = 0.0  # a pipeline's idle share of the step
 
     @property
     def scheme(self) -> str:
@@ -196,32 +199,9 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
     active = n * counts.active / counts.total
     layer = LayerModel.from_config(cfg, count_gate)
     step_flops = training_flops(active, global_batch_tokens)
-    sequences = global_batch_tokens // seq_len
     ctx = PlanContext(layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages, microbatches)
-    plans = []
-    for layout in candidate_layouts(ctx):
-        lc = pricing.layer_cost(layout, layer, chip, global_batch_tokens)
-        peak_s = step_flops / (layout.chips * chip.bf16_flops_per_s)
-        passes = [(share * peak_s / mfu, p.comms_s / p.compute_s * share * peak_s)
-                  for share, p in zip(_PASS_SHARE, (lc.forward, lc.backward))]
-        step_s = sum(max(c, m) for c, m in passes) / (1 - lc.bubble_fraction)
-        mem = memory_per_chip(layout, cfg, global_batch_tokens, seq_len, remat, state, n)
-        notes = []
-        if layout.batch_ways > sequences:
-            msg = f"splits {sequences} sequences {layout.batch_ways} ways: needs sequence (context) sharding"
-            notes.append(msg if sequence_sharding else "infeasible: " + msg)
-        if layout.model_ways > cfg.d_model or layout.model_ways > layer.d_ff:
-            notes.append(f"infeasible: {layout.model_ways}-way tensor parallelism exceeds D or F")
-        notes += registry.get(layout.scheme).plan_notes(layout, ctx)
-        if slices > 1 and layout.slices == 1:
-            notes.append(f"one slice runs the whole batch: {slices - 1} of {slices} slices idle")
-        if layout.chips < chips * slices:
-            notes.append(f"uses {layout.chips} of {chips * slices} chips")
-        run_s = step_s * train_tokens / global_batch_tokens if train_tokens else None
-        usd = run_s / 3600 * layout.chips * chip.usd_per_hour if run_s and chip.usd_per_hour else None
-        hidden = all(m <= c for c, m in passes)
-        plans.append(SchemePlan(layout, mem, mem.fits(chip), lc.batch_per_chip_tokens, lc.compute_bound, hidden,
-                                step_s, run_s, usd, tuple(notes)))
+    plans = [price_layout(layout, ctx, cfg, seq_len, mfu, step_flops, train_tokens, remat, state, n,
+                          sequence_sharding) for layout in candidate_layouts(ctx)]
     n_axes = len([a for a in axes if a > 1]) or 1
     return TrainingPlan(
         cfg.name, chip, chips * slices, global_batch_tokens, seq_len, mfu,
@@ -230,6 +210,41 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
         thresholds.dp_critical_batch_per_chip_tokens(chip, n_axes),
         thresholds.mixed_critical_batch_per_chip_tokens(layer.effective_d_ff, chip, max(1, n_axes - 1), 1),
         tuple(plans))
+
+
+def price_layout(layout: Layout, ctx: PlanContext, cfg: tf.TransformerConfig, seq_len: int, mfu: float,
+                 step_flops: float, train_tokens: float | None = None, remat: str | float = "full",
+                 state: StateBytes = BOOK_ADAM, n_params: float | None = None,
+                 sequence_sharding: bool = True) -> SchemePlan:
+    """One layout of ``ctx``'s run priced: memory per chip, step time by part (compute at ``mfu``, comms left
+    exposed, the bubble), the verdicts and notes (see the module docstring; ``plan_training`` prices each
+    candidate with this, ``scalelib.training_plan`` the layout a student picks)."""
+    chip, layer, global_batch_tokens = ctx.chip, ctx.layer, ctx.global_batch_tokens
+    lc = pricing.layer_cost(layout, layer, chip, global_batch_tokens)
+    peak_s = step_flops / (layout.chips * chip.bf16_flops_per_s)
+    passes = [(share * peak_s / mfu, p.comms_s / p.compute_s * share * peak_s)
+              for share, p in zip(_PASS_SHARE, (lc.forward, lc.backward))]
+    busy_s = sum(max(c, m) for c, m in passes)
+    step_s = busy_s / (1 - lc.bubble_fraction)
+    mem = memory_per_chip(layout, cfg, global_batch_tokens, seq_len, remat, state, n_params)
+    sequences = global_batch_tokens // seq_len
+    notes = []
+    if layout.batch_ways > sequences:
+        msg = f"splits {sequences} sequences {layout.batch_ways} ways: needs sequence (context) sharding"
+        notes.append(msg if sequence_sharding else "infeasible: " + msg)
+    if layout.model_ways > cfg.d_model or layout.model_ways > layer.d_ff:
+        notes.append(f"infeasible: {layout.model_ways}-way tensor parallelism exceeds D or F")
+    notes += registry.get(layout.scheme).plan_notes(layout, ctx)
+    if ctx.slices > 1 and layout.slices == 1:
+        notes.append(f"one slice runs the whole batch: {ctx.slices - 1} of {ctx.slices} slices idle")
+    if layout.chips < ctx.chips * ctx.slices:
+        notes.append(f"uses {layout.chips} of {ctx.chips * ctx.slices} chips")
+    run_s = step_s * train_tokens / global_batch_tokens if train_tokens else None
+    usd = run_s / 3600 * layout.chips * chip.usd_per_hour if run_s and chip.usd_per_hour else None
+    hidden = all(m <= c for c, m in passes)
+    compute_s = sum(c for c, _ in passes)
+    return SchemePlan(layout, mem, mem.fits(chip), lc.batch_per_chip_tokens, lc.compute_bound, hidden, step_s, run_s,
+                      usd, tuple(notes), compute_s, busy_s - compute_s, step_s - busy_s)
 
 
 def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, where: Slice | int,
