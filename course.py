@@ -187,9 +187,9 @@ def compilation_cache(environ: dict[str, str]) -> Iterator[dict[str, str]]:
     stored the current suite took 483 s, all passing, so the cost analyses, memory analyses and HLO the tests read
     hold on loaded programs too. The folder is new each run and removed after, so no program outlives the sources
     it was compiled from, and a cache folder the host set is ignored for the same reason.
-    The grader's sandboxed kernels get a whitelisted environment (autograder/kernel/environment.py) and never see it, nor can
-    they open it (mode 700, owned by whoever runs the suite): a student's code must neither read the compiled
-    solutions nor plant programs for others.
+    The grader's sandboxed kernels get a whitelisted environment (autograder/kernel/environment.py) and never see
+    it, nor can they open it (mode 700, owned by whoever runs the suite): a student's code must neither read the
+    compiled solutions nor plant programs for others.
     """
     with tempfile.TemporaryDirectory(prefix="scalelib-xla-cache-", ignore_cleanup_errors=True) as folder:
         yield dict(environ, JAX_COMPILATION_CACHE_DIR=folder, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
