@@ -493,6 +493,18 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
     out = decode.cached_attention(q[:, None], k_cache, v_cache, jnp.reshape(length, (1,)))
     return out[:, 0], k_cache, v_cache
 """,
+        "ch07-lfu-order": """
+def lfu_order(kept, hits, released):
+    # the library's own LFU, fed the same events
+    policy = serving.eviction.make_policy("lfu", max(kept) + 1)
+    for b in kept:
+        policy.cached(b)
+        for _ in range(hits[b]):
+            policy.hit(b)
+    for b in sorted(kept, key=lambda b: released[b]):
+        policy.released(b)
+    return policy.order(list(kept))
+""",
         "ch07-block-allocator": """
 def _as_pool(state):
     # the same pool as a serving.block_pool.BlockPool: take every block, then give the free ones back in their order

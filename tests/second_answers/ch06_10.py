@@ -232,6 +232,16 @@ def cached_attention_step(q, k_new, v_new, k_cache, v_cache, length):
     weights = weights / weights.sum(axis=-1, keepdims=True)
     return jnp.einsum("bns,bnsh->bnh", weights, values), k_cache, v_cache
 """,
+        "ch07-lfu-order": """
+def lfu_order(kept, hits, released):
+    by_reuses = {}
+    for block in kept:
+        by_reuses.setdefault(hits[block], []).append(block)
+    order = []
+    for count in sorted(by_reuses):
+        order.extend(sorted(by_reuses[count], key=released.get))
+    return tuple(order)
+""",
         "ch07-block-allocator": """
 import copy
 
