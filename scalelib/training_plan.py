@@ -41,20 +41,54 @@ class Plan:
     model: str
     chip: Chip
     chips: int
-    layout: Layout
     global_batch_tokens: int
     seq_len: int
     mfu: float
     remat: str | int
-    memory: ChipMemory  # bytes per chip: parameters, gradients, optimizer state, activations
-    compute_s: float  # the step's FLOPs at ``mfu``
-    exposed_comms_s: float  # communication that no compute hides
-    bubble_s: float  # a pipeline's idle share
-    step_time_s: float
-    compute_bound: bool  # this layout's passes: comms fit under their FLOPs at peak rate (section 5's criterion)
-    batch_per_chip_tokens: float  # the global batch over the chips the layout uses (the book's B / N)
+    priced: planner.SchemePlan  # the planner's pricing of the layout: memory by part, the step by part, notes
     critical_batch_per_chip_tokens: float | None  # section 5's threshold for FSDP (alone or with tensor ways)
-    notes: tuple[str, ...]
+
+    @property
+    def layout(self) -> Layout:
+        return self.priced.layout
+
+    @property
+    def memory(self) -> ChipMemory:
+        """Bytes per chip: parameters, gradients, optimizer state, activations."""
+        return self.priced.memory
+
+    @property
+    def compute_s(self) -> float:
+        """The step's FLOPs at ``mfu``."""
+        return self.priced.compute_s
+
+    @property
+    def exposed_comms_s(self) -> float:
+        """Communication that no compute hides."""
+        return self.priced.exposed_comms_s
+
+    @property
+    def bubble_s(self) -> float:
+        """A pipeline's idle share of the step."""
+        return self.priced.bubble_s
+
+    @property
+    def step_time_s(self) -> float:
+        return self.priced.step_time_s
+
+    @property
+    def compute_bound(self) -> bool:
+        """This layout's passes: comms fit under their FLOPs at peak rate (section 5's criterion)."""
+        return self.priced.compute_bound
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.priced.notes
+
+    @property
+    def batch_per_chip_tokens(self) -> float:
+        """The global batch over the chips the layout uses (the book's B / N)."""
+        return self.global_batch_tokens / self.layout.chips
 
     @property
     def scheme(self) -> str:
@@ -66,7 +100,7 @@ class Plan:
 
     @property
     def fits(self) -> bool:
-        return self.memory.total_bytes <= self.chip.hbm_bytes
+        return self.priced.fits_in_hbm
 
     @property
     def headroom_bytes(self) -> float:
@@ -75,7 +109,7 @@ class Plan:
 
     @property
     def feasible(self) -> bool:
-        return self.fits and not any(n.startswith("infeasible") for n in self.notes)
+        return self.priced.feasible
 
     @property
     def bound(self) -> str:
@@ -148,7 +182,7 @@ def layout(scheme: str, chip: Chip, chips: int, tensor: int = 1, pipeline: int =
     if rest * tensor * pipeline * expert != chips:
         raise ValueError(f"tensor {tensor} x pipeline {pipeline} x expert {expert} = {tensor * pipeline * expert} "
                          f"does not divide {chips} chips; pick ways whose product divides the chip count")
-    n_axes = len(chip.pod_shape) if chip.torus else 1
+    n_axes = len(planner.slice_axes(chip, chips)[1])
     data_axes = split_axes(rest, max(1, n_axes - 1) if tensor > 1 else n_axes)
     return Layout(scheme, data_axes=data_axes, model_axes=(tensor,), expert_axes=(expert,), stages=pipeline,
                   microbatches=microbatches or (4 * pipeline if pipeline > 1 else 1))
@@ -182,23 +216,18 @@ def training(model: str | tf.TransformerConfig = "llama3-70b", chip: str | Chip 
     if tensor is None and pipeline == 1 and expert == 1:
         chosen = whole.scheme(scheme)
     else:
-        counts = tf.param_counts(cfg)
-        layer = LayerModel.from_config(cfg)
-        n_axes = len(hw.pod_shape) if hw.torus else 1
-        ctx = PlanContext(layer, hw, chips, split_axes(chips, n_axes), global_batch_tokens, 1, pipeline if pipeline > 1
-                          else None, microbatches)
+        ctx = PlanContext(LayerModel.from_config(cfg), hw, chips, planner.slice_axes(hw, chips)[1],
+                          global_batch_tokens, 1, pipeline if pipeline > 1 else None, microbatches)
         lay = layout(scheme, hw, chips, tensor or 1, pipeline, expert, microbatches)
-        n = counts.total if n_params is None else n_params
-        step_flops = planner.training_flops(n * counts.active / counts.total, global_batch_tokens)
+        n, active = planner.param_counts(cfg, n_params)
+        step_flops = planner.training_flops(active, global_batch_tokens)
         chosen = planner.price_layout(lay, ctx, cfg, seq_len, mfu, step_flops, remat=remat, n_params=n)
     lay = chosen.layout
     critical = None
     if lay.scheme in ("data", "fsdp", "fsdp_tp") and lay.stages == lay.expert_ways == 1:
         critical = (whole.fsdp_critical_batch_per_chip_tokens if lay.model_ways == 1
                     else whole.mixed_critical_batch_per_chip_tokens)
-    return Plan(cfg.name, hw, chips, lay, global_batch_tokens, seq_len, mfu, remat, chosen.memory, chosen.compute_s,
-                chosen.exposed_comms_s, chosen.bubble_s, chosen.step_time_s, chosen.compute_bound,
-                global_batch_tokens / lay.chips, critical, chosen.notes)
+    return Plan(cfg.name, hw, chips, global_batch_tokens, seq_len, mfu, remat, chosen, critical)
 
 
 def largest_batch(seq_len: int = 4096, limit_tokens: int = 2**26, **plan_args: object) -> int:

@@ -71,7 +71,7 @@ def min_global_batch_tokens(min_batch_per_chip_tokens: float, chips: int) -> flo
 
 def total_chips(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> int:
     """Chips of ``slices`` copies of ``where`` (a Slice or a count; default a full pod)."""
-    return _slice_axes(chip, chip.pod_chips if where is None else where)[0] * slices
+    return slice_axes(chip, chip.pod_chips if where is None else where)[0] * slices
 
 
 def total_hbm_bytes(chip: Chip, where: Slice | int | None = None, slices: int = 1) -> float:
@@ -168,13 +168,22 @@ def _run_time_s(s: SchemePlan) -> float:
     return s.step_time_s if s.training_time_s is None else s.training_time_s
 
 
-def _slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
+def slice_axes(chip: Chip, where: Slice | int) -> tuple[int, tuple[int, ...]]:
+    """(chips, ICI axes) of ``where``: a Slice's own shape, or a chip count split over the chip's torus axes."""
     if isinstance(where, Slice):
         axes = tuple(n for n in where.shape if n > 1) or (1,)
         return where.num_chips, axes
     where = positive_int("where (a chip count; or give a topology.Slice)", where)
     n_axes = len(chip.pod_shape) if chip.torus else 1
     return where, split_axes(where, n_axes)
+
+
+def param_counts(cfg: tf.TransformerConfig, n_params: float | None = None) -> tuple[float, float]:
+    """(parameters counted, those active per token): the config's exact count, or ``n_params`` with the config's
+    active share (the book carries 70e9 for LLaMA 3-70B)."""
+    counts = tf.param_counts(cfg)
+    n = counts.total if n_params is None else n_params
+    return n, n * counts.active / counts.total
 
 
 def candidate_layouts(ctx: PlanContext) -> list[Layout]:
@@ -193,10 +202,8 @@ def plan_training(cfg: tf.TransformerConfig, chip: Chip, where: Slice | int, glo
     if not 0 < mfu <= 1:
         raise ValueError(f"mfu must be in (0, 1], got {mfu!r}")
     positive_int("slices", slices)
-    chips, axes = _slice_axes(chip, where)
-    counts = tf.param_counts(cfg)
-    n = counts.total if n_params is None else n_params
-    active = n * counts.active / counts.total
+    chips, axes = slice_axes(chip, where)
+    n, active = param_counts(cfg, n_params)
     layer = LayerModel.from_config(cfg, count_gate)
     step_flops = training_flops(active, global_batch_tokens)
     ctx = PlanContext(layer, chip, chips, axes, global_batch_tokens, slices, pipeline_stages, microbatches)
@@ -259,7 +266,7 @@ def plot_scheme_times(layer: LayerModel | tf.TransformerConfig, chip: Chip, wher
 
     if isinstance(layer, tf.TransformerConfig):
         layer = LayerModel.from_config(layer)
-    chips, axes = _slice_axes(chip, where)
+    chips, axes = slice_axes(chip, where)
     per_chip = np.logspace(1, 5, 60) if batch_per_chip_tokens is None else np.asarray(batch_per_chip_tokens)
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
