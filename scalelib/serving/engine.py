@@ -30,9 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from scalelib import model
-from scalelib.serving import paged, sampling
+from scalelib.serving import eviction, paged, sampling
 from scalelib.serving.block_pool import BlockPool
-from scalelib.serving.eviction import POLICIES
 from scalelib.serving.prefix_cache import PrefixCache
 from scalelib.serving.request import Request
 from scalelib.serving.scheduler import SchedulePolicy, Scheduler, SequenceState, plan_step
@@ -73,8 +72,7 @@ class EngineConfig:
             object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.max_chunk is not None:
             object.__setattr__(self, "max_chunk", positive_int("max_chunk (or None for no limit)", self.max_chunk))
-        if self.eviction not in POLICIES:
-            raise ValueError(f"unknown eviction policy {self.eviction!r}; choose one of {', '.join(sorted(POLICIES))}")
+        eviction.check_name(self.eviction)
         if not callable(self.schedule):
             raise TypeError(f"schedule must be a function like scheduler.plan_step, got {self.schedule!r}")
         if self.array_blocks is not None and not (isinstance(self.array_blocks, int)

@@ -98,8 +98,13 @@ class SLRU(EvictionPolicy):
 POLICIES: dict[str, Callable[[int], EvictionPolicy]] = {p.name: p for p in (EvictionPolicy, FIFO, LFU, SLRU)}
 
 
-def make_policy(name: str, num_blocks: int) -> EvictionPolicy:
-    """The eviction policy called ``name`` for a pool of ``num_blocks`` blocks."""
+def check_name(name: str) -> str:
+    """``name`` if it is one of ``POLICIES``; else a ValueError that lists them."""
     if name not in POLICIES:
         raise ValueError(f"unknown eviction policy {name!r}; choose one of {', '.join(sorted(POLICIES))}")
-    return POLICIES[name](num_blocks)
+    return name
+
+
+def make_policy(name: str, num_blocks: int) -> EvictionPolicy:
+    """The eviction policy called ``name`` for a pool of ``num_blocks`` blocks."""
+    return POLICIES[check_name(name)](num_blocks)
