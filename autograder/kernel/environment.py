@@ -5,6 +5,7 @@ set of variables, nothing of the grader's, the chapter's number of simulated dev
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -22,14 +23,15 @@ def kernel_sandbox(scratch: Path, *, isolate: bool, memory_mb: int = 0, disk_mb:
     uid = gid = None
     if isolate and os.geteuid() == 0:
         uid, gid = confine.kernel_ids()
-    bound: dict[str, object] = {}
-    if library is not None and isolate:
-        from autograder.library import surface  # only where a surface is bound (the fork server never needs it)
+    cfg = SandboxConfig(scratch=str(scratch), isolate=isolate, memory_mb=memory_mb, disk_mb=disk_mb,
+                        file_mb=KERNEL_FILE_MB, cpu_s=cpu_s, uid=uid, gid=gid)
+    if library is None or not isolate:
+        return cfg
+    from autograder.library import surface  # only where a surface is bound (the fork server never needs it)
 
-        target = str(surface.library_root())
-        bound = {"library": str(library), "library_target": target, "hide": tuple(confine.stray_libraries(target))}
-    return SandboxConfig(scratch=str(scratch), isolate=isolate, memory_mb=memory_mb, disk_mb=disk_mb,
-                         file_mb=KERNEL_FILE_MB, cpu_s=cpu_s, uid=uid, gid=gid, **bound)  # type: ignore[arg-type]
+    target = str(surface.library_root())
+    return dataclasses.replace(cfg, library=str(library), library_target=target,
+                               hide=tuple(confine.stray_libraries(target)))
 
 
 _DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
