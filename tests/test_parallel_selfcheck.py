@@ -35,7 +35,8 @@ SCHEMES = [pytest.param(name, marks=() if name == SMOKE else pytest.mark.sweep) 
 
 @pytest.fixture(scope="module")
 def two_processes(request):
-    """One launch of the selfcheck for every scheme whose test below was selected."""
+    """One launch of the selfcheck for every scheme whose test below was selected (after the stopped run's start)."""
+    _started_with_the_main_launch(request)
     selected = [item.callspec.params["scheme"] for item in request.session.items
                 if getattr(item, "originalname", None) == "test_scheme_matches_single_device"
                 and item.path == request.path]
@@ -216,6 +217,7 @@ def test_a_cluster_launcher_sets_the_cpu_devices_per_process():
 
 
 STOPPED_S = 40.0  # well past the fixed 30 s gloo gives a collective's members to arrive
+STOPPED_TEST = "test_a_rank_stopped_past_gloos_30_s_before_its_first_check_still_passes"
 
 
 class _Lines(io.StringIO):
@@ -231,46 +233,97 @@ class _Lines(io.StringIO):
         return super().write(s)
 
 
-def _selfcheck_rank(launcher_pid: int, rank: int) -> int:
-    """The pid of this launcher's selfcheck process of the given rank (read from /proc)."""
+def _selfcheck_rank(launcher_pid: int, port: int, rank: int) -> int:
+    """The pid of the selfcheck process of the given rank that this launcher started with its coordinator on
+    ``port`` (read from /proc; the module's other launch has the same launcher)."""
+    wanted = {f"SCALELIB_LAUNCHER_PID={launcher_pid}".encode(), f"SCALELIB_PROCESS_ID={rank}".encode(),
+              f"SCALELIB_COORDINATOR=localhost:{port}".encode()}
     for entry in Path("/proc").iterdir():
         try:
             env = set((entry / "environ").read_bytes().split(b"\0"))
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if (f"SCALELIB_LAUNCHER_PID={launcher_pid}".encode() in env and f"SCALELIB_PROCESS_ID={rank}".encode() in env
-                and b"scalelib.parallel.selfcheck" in cmd):
+        if wanted <= env and b"scalelib.parallel.selfcheck" in cmd:
             return int(entry.name)
-    raise AssertionError(f"no selfcheck process of rank {rank} started by {launcher_pid}")
+    raise AssertionError(f"no selfcheck process of rank {rank} started by {launcher_pid} on port {port}")
+
+
+class _StoppedRun:
+    """A launch of the smoke scheme whose rank 1 is stopped (SIGSTOP) for STOPPED_S as soon as rank 0 starts its
+    first check, then continued; run in the background, so that its wait overlaps the module's main launch."""
+
+    def __init__(self) -> None:
+        self.out, self.err, self.box = _Lines("[0] selfcheck on"), io.StringIO(), {}
+        self.failures: list[str] = []
+        self.stopped: int | None = None
+        self.stopped_s = 0.0  # how long rank 1 was held, once it was
+        self.port = launch.free_port()
+        self.run = threading.Thread(target=lambda: self.box.update(r=launch.launch(
+            ["-m", "scalelib.parallel.selfcheck", SMOKE], 2, 4, timeout_s=600, port=self.port, out=self.out,
+            err=self.err)))
+        self.control = threading.Thread(target=self._stop_and_continue)
+        self.run.start()
+        self.control.start()
+
+    def _stop_and_continue(self) -> None:
+        try:
+            if not self.out.seen.wait(300):
+                self.failures.append("rank 0 never started its first check")
+                return
+            self.stopped = _selfcheck_rank(os.getpid(), self.port, 1)
+            os.kill(self.stopped, signal.SIGSTOP)  # before its reference, so before any collective of the check
+            self.stopped_s = STOPPED_S
+            self.run.join(STOPPED_S)
+            if not self.run.is_alive():
+                self.failures.append("the job gave up while rank 1 was stopped")
+        except Exception as fault:  # said by the test, not lost in this thread
+            self.failures.append(f"{type(fault).__name__}: {fault}")
+        finally:
+            self._continue()
+
+    def _continue(self) -> None:
+        if self.stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.stopped, signal.SIGCONT)
+            self.stopped = None
+
+    def finish(self) -> None:
+        """Wait for the job (continuing rank 1 first, should its controller have failed)."""
+        self.control.join(STOPPED_S + 300)
+        self._continue()
+        self.run.join(600)
+
+    def text(self) -> str:
+        return self.out.getvalue() + self.err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def stopped_run():
+    run = _StoppedRun()
+    try:
+        yield run
+    finally:
+        run.finish()
+
+
+def _started_with_the_main_launch(request) -> None:
+    """Starts the stopped run before the module's main launch, when its test was selected."""
+    if any(getattr(item, "originalname", None) == STOPPED_TEST and item.path == request.path
+           for item in request.session.items):
+        request.getfixturevalue("stopped_run")
 
 
 @pytest.mark.sweep
-def test_a_rank_stopped_past_gloos_30_s_before_its_first_check_still_passes():
+def test_a_rank_stopped_past_gloos_30_s_before_its_first_check_still_passes(stopped_run):
     """Rank 1 is stopped (SIGSTOP) for 40 s as soon as rank 0 starts its first check, then continued: the check
     still passes. Before, rank 0 alone computed the reference and sent it in a collective, so any rank reaching
     that collective more than gloo's 30 s apart failed the job (seen on a busy machine and under mpirun); now
     every rank computes its own and the ranks meet at a barrier that is no collective (its limit,
-    SCALELIB_BARRIER_TIMEOUT_S, is 600 s)."""
-    out, err, box = _Lines("[0] selfcheck on"), io.StringIO(), {}
-    run = threading.Thread(target=lambda: box.update(r=launch.launch(
-        ["-m", "scalelib.parallel.selfcheck", SMOKE], 2, 4, timeout_s=600, out=out, err=err)))
-    run.start()
-    stopped = None
-    try:
-        assert out.seen.wait(300), err.getvalue()
-        stopped = _selfcheck_rank(os.getpid(), 1)
-        os.kill(stopped, signal.SIGSTOP)  # before its reference, so before any collective of the check
-        run.join(STOPPED_S)
-        assert run.is_alive(), out.getvalue() + err.getvalue()  # a job that gave up while rank 1 was stopped
-        os.kill(stopped, signal.SIGCONT)
-        stopped = None
-        run.join(600)
-    finally:
-        if stopped is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stopped, signal.SIGCONT)
-        run.join(600)
-    result = box["r"]
-    assert result.returncode == 0, out.getvalue() + err.getvalue()
-    assert re.search(rf"^\[0\] {SMOKE} ok  \(\d+\.\d s\)$", out.getvalue(), re.M), out.getvalue()
+    SCALELIB_BARRIER_TIMEOUT_S, is 600 s). The run starts with the module's main launch (``two_processes``)."""
+    stopped_run.finish()
+    assert stopped_run.failures == [], stopped_run.text()
+    assert stopped_run.stopped_s == STOPPED_S
+    result = stopped_run.box["r"]
+    assert result.returncode == 0, stopped_run.text()
+    assert re.search(rf"^\[0\] {SMOKE} ok  \(\d+\.\d s\)$", stopped_run.out.getvalue(), re.M), stopped_run.text()
