@@ -107,12 +107,6 @@ SPLIT: dict[str, Callable[[str], str] | str | None] = {
 # Files that share something made once per process (tests/trace_cases.py's captured traces, the serving tests'
 # model and compiled steps in tests/serving_common.py) form one group: made once, on one worker.
 JOIN = ("test_profiling_trace_", "test_serving_")
-# Each solution notebook runs (nbval) just before its chapter is graded, on the same worker: the grader's trusted
-# context runs that notebook again, and its judge the same hidden tests, so both load their programs from the suite's
-# compilation cache (course.py) instead of compiling them. Measured for chapter 5 (tests.benchmarks
-# --grading-profile, 2 cores, its notebook run first or not): 36.5 -> 22.3 s, 55 -> 32 CPU-s. The grader's
-# sandboxed kernels never see the cache. Chapter 1's fuller scenario is tests/test_grading.py.
-GRADED_AFTER_ITS_NOTEBOOK = {"01_rooflines": "tests/test_grading.py"}
 # Seconds each group took in a full run on a quiet 2-core machine (`--durations`), for the order only: a group
 # not listed runs after these, in the collection's order; a wrong figure costs time, never a result.
 LONG_GROUPS_S = {
@@ -154,13 +148,10 @@ LONG_GROUPS_S = {
 
 
 def work_group(nodeid: str) -> str:
-    """The group of a test id: its file, the files of its JOIN prefix, for the files in SPLIT its file and
-    parameters (or the group SPLIT's function gives them), and for a solution notebook its chapter's grading."""
+    """The group of a test id: its file, the files of its JOIN prefix, or for the files in SPLIT its file and
+    parameters (or the group SPLIT's function gives them)."""
     path, _, rest = nodeid.partition("::")
     folder, _, name = path.rpartition("/")
-    if folder == "solutions" and name.endswith(".ipynb"):
-        chapter = name.removesuffix(".ipynb")
-        return GRADED_AFTER_ITS_NOTEBOOK.get(chapter, f"tests/test_grading_chapters.py[{chapter}]")
     joined = next((prefix for prefix in JOIN if name.startswith(prefix)), None)
     if joined:
         return f"{folder}/{joined}*.py"
@@ -178,8 +169,7 @@ def _seconds(nodeid: str) -> float:
 
 
 def pytest_collection_modifyitems(config, items):
-    # stable: within a group as collected, but a solution notebook before the tests that grade its chapter
-    items.sort(key=lambda item: (-_seconds(item.nodeid), not item.nodeid.startswith("solutions/")))
+    items.sort(key=lambda item: -_seconds(item.nodeid))  # stable: within a group, as collected
 
 
 class _Groups:

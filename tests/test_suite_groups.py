@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import (AT_XLA_DEFAULTS, FAST_COMPILE_XLA_FLAGS, GRADED_AFTER_ITS_NOTEBOOK, JOIN, LONG_GROUPS_S,
-                            SPLIT, XLA_DEFAULT_FUSION, work_group)
+from tests.conftest import (AT_XLA_DEFAULTS, FAST_COMPILE_XLA_FLAGS, JOIN, LONG_GROUPS_S, SPLIT, XLA_DEFAULT_FUSION,
+                            work_group)
 
 TESTS = Path(__file__).parent
 
@@ -32,35 +32,13 @@ def test_groups_keep_what_shares_a_fixture_together():
     assert work_group(f"{schemes}t[fsdp_tp-4x2]") == work_group(f"{schemes}t[tensor-2x4]") != work_group(
         f"{schemes}t[data-8]")
     assert work_group(f"{schemes}test_step_flops_match_xla[data-4]") == f"{schemes[:-2]}[data-4]"  # FLOPs only
-    # a solution notebook runs where its chapter is graded, just before (its programs are then in the cache)
-    assert work_group("solutions/05_training.ipynb::Cell 3") == "tests/test_grading_chapters.py[05_training]"
-    assert work_group("solutions/01_rooflines.ipynb::Cell 3") == "tests/test_grading.py"
-
-
-def test_a_solution_notebook_runs_just_before_its_chapter_is_graded():
-    from types import SimpleNamespace
-
-    from autograder import course
-    from tests.conftest import pytest_collection_modifyitems
-    from tests.test_grading_chapters import CHAPTERS
-
-    ids = ["tests/test_grading_chapters.py::test_full_marks_for_the_solution[05_training]",
-           "tests/test_grading_chapters.py::test_zero_for_the_untouched_notebook[05_training]",
-           "tests/test_model.py::test_a", "solutions/05_training.ipynb::Cell 0", "solutions/05_training.ipynb::Cell 1"]
-    items = [SimpleNamespace(nodeid=i) for i in ids]
-    pytest_collection_modifyitems(None, items)
-    graded = [item.nodeid for item in items if work_group(item.nodeid) == work_group(ids[0])]
-    assert graded == [ids[3], ids[4], ids[0], ids[1]]
-    # every chapter's notebook joins the tests that grade it
-    assert {*CHAPTERS, *GRADED_AFTER_ITS_NOTEBOOK} == set(course.chapter_names())
+    assert work_group("solutions/01_rooflines.ipynb::Cell 3") == "solutions/01_rooflines.ipynb"
 
 
 def test_every_named_file_exists():
     """A renamed test file would otherwise lose its group or its place in the order without a word."""
     for name in SPLIT:
         assert (TESTS / name).is_file(), name
-    for group in GRADED_AFTER_ITS_NOTEBOOK.values():
-        assert (TESTS.parent / group).is_file(), group
     for prefix in JOIN:
         assert list(TESTS.glob(f"{prefix}*.py")), prefix
     for group in LONG_GROUPS_S:
